@@ -1,0 +1,1 @@
+"""The workbench for the torch.attn patch stack: materialize, build, export, test."""

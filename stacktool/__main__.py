@@ -1,0 +1,3 @@
+from stacktool.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Pinned inputs and the project's layout: every path and version the tool uses lives here."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# Upstream source: Debian's source package of PyTorch v2.6.0.
+DEBIAN_PACKAGE = "pytorch"
+DEBIAN_VERSION = "2.6.0+dfsg-7"
+DEBIAN_SUITES = ("trixie", "sid")
+UPSTREAM_TARBALL = "pytorch_2.6.0+dfsg.orig.tar.xz"
+UPSTREAM_SHA256 = "099a9601bc40d67656e75735c44abedb0fbe92d08817852ab7472eebb7e6ddff"
+UPSTREAM_VERSION = "2.6.0"
+
+# Binaries: the PyPI wheel built from the same commit.
+TORCH_REQUIREMENT = "torch==2.6.0"
+TORCH_WHEEL = "torch-2.6.0-cp311-cp311-manylinux1_x86_64.whl"
+TORCH_WHEEL_SHA256 = "7979834102cd5b7a43cc64e87f2f3b14bd0e1458f06e9f88ffa386d07c7446e1"
+TORCH_GIT_VERSION = "2236df1770800ffea5697b11b0bb0d910b2e59e1"
+PYTHON_VERSION = (3, 11)
+
+# What v2.6.0's CI installs to run its tests (pinned where its CI pins them).
+TEST_REQUIREMENTS = (
+    "pytest==7.3.2",
+    "pytest-rerunfailures==14.0",
+    "pytest-flakefinder==1.1.0",
+    "pytest-xdist==3.3.1",
+    "expecttest==0.2.1",
+    "hypothesis==5.35.1",
+    "numpy==1.26.2",
+    "pyyaml",
+    "typing_extensions",
+    "psutil",
+    "scipy==1.13.1",
+    "ninja",
+    "unittest-xml-reporting<=3.2.0,>=2.0.0",
+)
+
+# The pristine commit is made with a fixed identity and date so its id is the same everywhere.
+PRISTINE_IDENTITY = {
+    "GIT_AUTHOR_NAME": "PyTorch upstream",
+    "GIT_AUTHOR_EMAIL": "upstream@pytorch.invalid",
+    "GIT_AUTHOR_DATE": "2025-01-29T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "PyTorch upstream",
+    "GIT_COMMITTER_EMAIL": "upstream@pytorch.invalid",
+    "GIT_COMMITTER_DATE": "2025-01-29T00:00:00+0000",
+}
+BASE_REF = "attn/0"  # tag on the pristine commit
+BRANCH = "stack"  # the branch that holds one commit per PR
+
+
+def level_ref(level: int) -> str:
+    """The tag that marks PR `level` (attn/0 is pristine upstream)."""
+    return f"attn/{level}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things live below the project root."""
+
+    root: Path
+
+    @property
+    def fork(self) -> Path:
+        return self.root / "pytorch"
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def venv(self) -> Path:
+        return self.root / ".venv"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / ".cache"
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def gradient_doc(self) -> Path:
+        return self.root / "attn_gradient.md"
+
+    @property
+    def site_packages(self) -> Path:
+        major, minor = PYTHON_VERSION
+        return self.venv / "lib" / f"python{major}.{minor}" / "site-packages"

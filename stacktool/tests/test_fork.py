@@ -1,0 +1,104 @@
+"""Materialize, export and the never-lose-work rules, on a tiny synthetic upstream."""
+
+import shutil
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+from stacktool import config, fork, patches
+from stacktool.errors import StackError
+from stacktool.git import git
+
+
+class ForkTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.dir)
+        src = self.dir / "src" / "pytorch-v2.6.0"
+        src.mkdir(parents=True)
+        (src / "version.txt").write_text("2.6.0a0\n")
+        (src / "a.py").write_text("x = 1\n")
+        self.tarball = self.dir / "upstream.tar.xz"
+        subprocess.run(["tar", "-cJf", str(self.tarball), "-C", str(src.parent), src.name], check=True)
+        self.patch_dir = self.dir / "patches"
+        self.patch_dir.mkdir()
+        self.fork = self.dir / "pytorch"
+        self.doc = self.dir / patches.GRADIENT_DOC
+
+    def commit(self, repo, name, text, message):
+        (repo / name).write_text(text)
+        git(repo, "add", name)
+        git(repo, "commit", "-q", "-m", message, env={
+            "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid",
+            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
+        })  # fmt: skip
+
+    def make_stack(self):
+        """A fork with two commits, exported to patches/."""
+        fork.materialize(self.tarball, self.patch_dir, self.fork)
+        self.commit(self.fork, patches.GRADIENT_DOC, "# d\n", "Add the derivation\n\nBody.")
+        self.commit(self.fork, "a.py", "x = 2\n", "Change a")
+        self.assertTrue(patches.export(self.fork, self.patch_dir, self.doc, check=False))
+
+    def test_materialize_then_export_is_byte_identical(self):
+        self.make_stack()
+        exported = patches.read(self.patch_dir)
+        self.assertEqual(sorted(exported), ["0001-Add-the-derivation.patch", "0002-Change-a.patch"])
+        self.assertEqual(self.doc.read_text(), "# d\n")
+        again = self.dir / "again"
+        fork.materialize(self.tarball, self.patch_dir, again)
+        self.assertEqual(patches.render(again), exported)
+        self.assertEqual(patches.export(again, self.patch_dir, self.doc, check=True), [])
+        twice = self.dir / "twice"  # commit ids are reproducible too
+        fork.materialize(self.tarball, self.patch_dir, twice)
+        self.assertEqual(git(again, "rev-parse", "attn/2"), git(twice, "rev-parse", "attn/2"))
+
+    def test_state_protects_work(self):
+        self.assertEqual(fork.state(self.fork, self.patch_dir), "absent")
+        fork.materialize(self.tarball, self.patch_dir, self.fork)
+        self.assertEqual(fork.state(self.fork, self.patch_dir), "current")
+        (self.fork / "a.py").write_text("edited\n")
+        self.assertIn("uncommitted changes", fork.state(self.fork, self.patch_dir))
+        git(self.fork, "checkout", "a.py")
+        self.commit(self.fork, "b.py", "y\n", "New work")
+        self.assertIn("commits that patches/ lacks", fork.state(self.fork, self.patch_dir))
+        self.assertTrue(patches.export(self.fork, self.patch_dir, self.doc, check=True))
+        patches.export(self.fork, self.patch_dir, self.doc, check=False)
+        self.assertEqual(fork.state(self.fork, self.patch_dir), "current")
+
+    def test_stale_fork_is_replaceable_after_patches_change(self):
+        self.make_stack()
+        old = self.dir / "old"
+        fork.materialize(self.tarball, self.patch_dir, old)
+        (self.patch_dir / "0002-Change-a.patch").unlink()  # patches/ moved on, e.g. a pull
+        self.assertEqual(fork.state(old, self.patch_dir), "stale")
+
+    def test_bad_patch_names_itself_and_leaves_no_tree(self):
+        self.make_stack()
+        bad = self.patch_dir / "0002-Change-a.patch"
+        bad.write_text(bad.read_text().replace("-x = 1", "-x = 7"))
+        dest = self.dir / "new"
+        with self.assertRaisesRegex(StackError, "0002-Change-a.patch does not apply.*\n(.*\n)*.*a.py"):
+            fork.materialize(self.tarball, self.patch_dir, dest)
+        self.assertFalse(dest.exists())
+
+    def test_export_refuses_uncommitted_work(self):
+        self.make_stack()
+        (self.fork / "a.py").write_text("edited\n")
+        before = patches.read(self.patch_dir)
+        with self.assertRaisesRegex(StackError, "uncommitted changes"):
+            patches.export(self.fork, self.patch_dir, self.doc, check=False)
+        self.assertEqual(patches.read(self.patch_dir), before)
+
+    def test_level_tags_follow_the_stack(self):
+        self.make_stack()
+        git(self.fork, "reset", "-q", "--hard", "HEAD~1")
+        patches.export(self.fork, self.patch_dir, self.doc, check=False)
+        self.assertEqual(git(self.fork, "tag", "--list", "attn/*").split(), ["attn/0", "attn/1"])
+        self.assertEqual(len(patches.read(self.patch_dir)), 1)
+        self.assertEqual(config.BASE_REF, "attn/0")
+
+
+if __name__ == "__main__":
+    unittest.main()

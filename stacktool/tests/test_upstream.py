@@ -1,0 +1,52 @@
+import tempfile
+import unittest
+from pathlib import Path
+
+from stacktool import upstream
+from stacktool.errors import StackError
+
+
+class DebianMirrorTest(unittest.TestCase):
+    def sources(self, name: str, text: str) -> tuple[Path, ...]:
+        d = Path(tempfile.mkdtemp())
+        self.addCleanup(__import__("shutil").rmtree, d)
+        (d / name).write_text(text)
+        return (d / "sources.list", d)
+
+    def test_deb822_skips_security_and_disabled(self):
+        found = upstream.debian_mirror(self.sources("debian.sources", (
+            "Types: deb\nURIs: http://mirror.invalid/debian-security\nSuites: x\n\n"
+            "Enabled: no\nTypes: deb\nURIs: http://off.invalid/debian\n\n"
+            "Types: deb\nURIs: http://mirror.invalid/debian/\nSigned-By: /k.gpg\n"
+        )))  # fmt: skip
+        self.assertEqual(found, ("http://mirror.invalid/debian", "/k.gpg"))
+
+    def test_one_line_format_with_options(self):
+        found = upstream.debian_mirror(self.sources(
+            "x.list", "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://m.invalid/debian bookworm main\n"
+        ))  # fmt: skip
+        self.assertEqual(found, ("http://m.invalid/debian", "/k.gpg"))
+
+    def test_no_debian_archive_is_an_error(self):
+        with self.assertRaisesRegex(StackError, "--upstream"):
+            upstream.debian_mirror(self.sources("x.list", "deb http://other.invalid/ubuntu jammy main\n"))
+
+
+class VerifyTest(unittest.TestCase):
+    def test_mismatch_names_file_and_both_sums(self):
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b"not pytorch")
+            f.flush()
+            with self.assertRaisesRegex(StackError, "checksum mismatch.*\n.*expected sha256 0+\n"):
+                upstream.verify(Path(f.name), "0" * 64)
+            upstream.verify(Path(f.name), upstream.sha256_of(Path(f.name)))
+
+    def test_wrong_version_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "version.txt").write_text("2.5.1\n")
+            with self.assertRaisesRegex(StackError, "2.5.1, not v2.6.0"):
+                upstream.check_version(Path(d))
+
+
+if __name__ == "__main__":
+    unittest.main()

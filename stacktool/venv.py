@@ -1,0 +1,82 @@
+"""The project's virtual environment: torch's runtime requirements and upstream's test tools.
+
+torch is not installed into it: a .pth file puts pytorch/ on sys.path, so `import torch`
+from any directory loads the fork (as upstream's tools/nightly.py arranges it).
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from stacktool import config
+from stacktool.errors import StackError
+from stacktool.config import Layout
+
+PTH = "_stack_fork.pth"
+INSTALLED = "stack-requirements.json"  # in .venv: what was installed, to skip it next time
+
+
+def base_python() -> str:
+    """A Python 3.11 to create the venv with."""
+    if sys.version_info[:2] == config.PYTHON_VERSION:
+        return sys.executable
+    name = "python{}.{}".format(*config.PYTHON_VERSION)
+    found = shutil.which(name)
+    if found is None:
+        raise StackError(f"{name} is required (torch==2.6.0's wheel is cp311); install it first")
+    return found
+
+
+def ensure(layout: Layout, requirements: list[str]) -> bool:
+    """Create the venv and install `requirements` unless already there; True if it did work."""
+    marker = layout.venv / INSTALLED
+    wanted = json.dumps(sorted(requirements), indent=1)
+    if layout.python.exists() and marker.exists() and marker.read_text() == wanted:
+        write_pth(layout)
+        return False
+    if not layout.python.exists():
+        run([base_python(), "-m", "venv", str(layout.venv)], "creating the venv")
+    run(
+        [str(layout.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         *requirements],
+        "installing requirements into .venv",
+    )  # fmt: skip
+    write_pth(layout)
+    marker.write_text(wanted)
+    return True
+
+
+def write_pth(layout: Layout) -> None:
+    (layout.site_packages / PTH).write_text(f"{layout.fork}\n")
+
+
+def torch_identity(layout: Layout, cwd: Path) -> tuple[str, str]:
+    """(torch.__file__, torch.version.git_version) as the venv's Python sees them from `cwd`."""
+    result = subprocess.run(
+        [str(layout.python), "-c",
+         "import torch; print(torch.__file__); print(torch.version.git_version)"],
+        cwd=cwd, capture_output=True, text=True,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise StackError(f"import torch failed in .venv (from {cwd}):\n{result.stderr[-3000:]}")
+    file, version = result.stdout.split()[-2:]
+    return file, version
+
+
+def prove_torch(layout: Layout, cwd: Path) -> str:
+    """Check that the venv imports the fork's torch of the pinned commit; return a proof line."""
+    file, version = torch_identity(layout, cwd)
+    expected = layout.fork / "torch" / "__init__.py"
+    if Path(file) != expected:
+        raise StackError(f"from {cwd}, import torch loads {file}, not the fork's {expected}")
+    if version != config.TORCH_GIT_VERSION:
+        raise StackError(f"torch.version.git_version is {version}, not {config.TORCH_GIT_VERSION}")
+    return f"torch {file} (git {version[:12]}) imported from {cwd}"
+
+
+def run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise StackError(f"{what} failed:\n{(result.stderr or result.stdout)[-3000:]}")
