@@ -84,7 +84,8 @@ def materialize(source: Path, patch_dir: Path, dest: Path) -> None:
 def apply(repo: Path, patch: Path) -> None:
     """`git am` one patch, keeping its author date as the commit date (stable commit ids)."""
     try:
-        git(repo, "am", "--quiet", "--committer-date-is-author-date", str(patch))
+        git(repo, "am", "--quiet", "--keep-non-patch", "--committer-date-is-author-date",
+            str(patch))  # fmt: skip
     except StackError as e:
         git(repo, "am", "--abort", check=False)
         raise StackError(f"{patch} does not apply:\n{e}") from None

@@ -39,7 +39,7 @@ def applies_to_pristine(layout: Layout) -> Result:
         git(layout.fork, "worktree", "add", "--quiet", "--detach", str(tree), BASE_REF)
         try:
             for patch in series:
-                git(tree, "am", "--quiet", str(patch))
+                git(tree, "am", "--quiet", "--keep-non-patch", str(patch))
         except StackError as e:
             return Result(name, failed=1, note=str(e).splitlines()[-1])
         finally:

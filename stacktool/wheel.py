@@ -18,9 +18,11 @@ from stacktool.errors import StackError
 
 
 def fetch(cache: Path) -> Path:
-    """The verified wheel file, downloaded into the cache with pip once."""
+    """The wheel file, downloaded into the cache with pip once, verified every time."""
     wheel = cache / "wheels" / config.TORCH_WHEEL
-    if not wheel.exists():
+    if wheel.exists():
+        upstream.verify(wheel, config.TORCH_WHEEL_SHA256)
+    else:
         staging = cache / "wheels.partial"
         shutil.rmtree(staging, ignore_errors=True)
         result = subprocess.run(
@@ -40,11 +42,10 @@ def fetch(cache: Path) -> Path:
 
 
 def unpack(wheel: Path, cache: Path) -> Path:
-    """The wheel's contents, unpacked once into the cache (file modes kept)."""
+    """The (verified) wheel's contents, unpacked once into the cache, file modes kept."""
     dest = cache / wheel.name.removesuffix(".whl")
     if (dest / ".complete").exists():
         return dest
-    upstream.verify(wheel, config.TORCH_WHEEL_SHA256)
     staging = dest.with_name(dest.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     with zipfile.ZipFile(wheel) as archive:

@@ -37,14 +37,14 @@ class ForkTest(unittest.TestCase):
     def make_stack(self):
         """A fork with two commits, exported to patches/."""
         fork.materialize(self.tarball, self.patch_dir, self.fork)
-        self.commit(self.fork, patches.GRADIENT_DOC, "# d\n", "Add the derivation\n\nBody.")
+        self.commit(self.fork, patches.GRADIENT_DOC, "# d\n", "[lab] Add the derivation\n\nBody.")
         self.commit(self.fork, "a.py", "x = 2\n", "Change a")
         self.assertTrue(patches.export(self.fork, self.patch_dir, self.doc, check=False))
 
     def test_materialize_then_export_is_byte_identical(self):
         self.make_stack()
         exported = patches.read(self.patch_dir)
-        self.assertEqual(sorted(exported), ["0001-Add-the-derivation.patch", "0002-Change-a.patch"])
+        self.assertEqual(sorted(exported), ["0001-lab-Add-the-derivation.patch", "0002-Change-a.patch"])
         self.assertEqual(self.doc.read_text(), "# d\n")
         again = self.dir / "again"
         fork.materialize(self.tarball, self.patch_dir, again)

@@ -48,5 +48,21 @@ class VerifyTest(unittest.TestCase):
                 upstream.check_version(Path(d))
 
 
+class ExtractTest(unittest.TestCase):
+    def test_directory_and_tarball_give_the_same_tree(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = Path(d) / "src"
+            src.mkdir()
+            (src / "version.txt").write_text("2.6.0a0\n")
+            (src / "setup.py").write_text("pass\n")
+            tarball = Path(d) / "v.tar.gz"
+            __import__("subprocess").run(["tar", "-czf", str(tarball), "-C", d, "src"], check=True)
+            self.assertIn("directory", upstream.extract(src, Path(d) / "a"))
+            self.assertIn("tarball v.tar.gz, sha256", upstream.extract(tarball, Path(d) / "b"))
+            for tree in ("a", "b"):
+                self.assertEqual((Path(d) / tree / "setup.py").read_text(), "pass\n")
+            self.assertEqual(sorted(p.name for p in Path(d).iterdir()), ["a", "b", "src", "v.tar.gz"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,437 @@
+"""`./stack bench`: native torch.attn against the composite, PR 2's Function and torch.compile.
+
+Not a test: CPU timings move from run to run, so it reports numbers and ratios and marks the
+spec's targets met or not met, but exits 0 whatever they say (1 only when a worker crashed).
+Ratios are only meaningful within one run, so every time comes from ONE worker process with
+its thread count fixed; peak memory needs a clean high-water mark, so each method's is taken
+in a fresh process of its own.
+
+The tool runs under the system Python, which has no torch: `run` spawns the venv's Python on
+this module (`python -m stacktool.bench timing|memory|plot ...`). Everything that needs torch
+or matplotlib is imported inside the worker functions, so the rest stays importable and
+testable without them.
+"""
+
+import argparse
+import gc
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from stacktool.config import Layout
+
+SIZES = ((2, 3, 4), (64, 32, 32), (512, 64, 64), (2048, 64, 64), (4096, 128, 128))
+QUICK_SIZES = SIZES[:3]
+MEMORY_SIZE = (2048, 64, 64)
+# Warm-up before the memory reading: large enough that MKL's GEMM buffers and autograd's
+# lazily built state exist, small enough (256 KB per n x n tensor) to leave nothing behind
+# that the measured run could reuse instead of growing.
+MEMORY_WARM_SIZE = (256, 64, 64)
+METHODS = ("native", "composite", "function", "compile")
+LABELS = {
+    "native": "native torch.attn",
+    "composite": "composite (eager)",
+    "function": "PR 2 Function",
+    "compile": "torch.compile(composite)",
+    "floor": "floor",
+}
+FWD, FWD_BWD = "forward", "forward+backward"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long to time: the full run, or the quick smoke run the test gate makes."""
+
+    sizes: tuple
+    repeats: int
+    block_s: float  # each repeat times a block of calls at least this long
+
+
+FULL = Settings(SIZES, repeats=7, block_s=0.1)
+QUICK = Settings(QUICK_SIZES, repeats=3, block_s=0.02)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the spec's forward+backward targets for native torch.attn.
+
+    at_least: the ratio is `other / native` (a speedup or saving) and must be >= bound;
+    otherwise it is `native / other` and must be <= bound.
+    """
+
+    other: str
+    applies: Callable[[int], bool]  # to which n
+    bound: float
+    at_least: bool
+
+    def text(self) -> str:
+        if self.at_least:
+            return f"{self.other} / native >= {self.bound:.2f}"
+        return f"native / {self.other} <= {self.bound:.2f}"
+
+
+TIME_TARGETS = (
+    Target("composite", lambda n: n <= 64, 1.5, at_least=True),
+    Target("composite", lambda n: n >= 512, 1.15, at_least=True),
+    Target("compile", lambda n: True, 1.0, at_least=True),  # never slower than torch.compile
+    Target("floor", lambda n: n >= 2048, 1.10, at_least=False),  # within 10% of the floor
+)
+MEMORY_TARGET = Target("composite", lambda n: True, 0.75, at_least=False)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A target evaluated at one size; ratio None when there is no native op to measure."""
+
+    target: Target
+    size: tuple
+    ratio: float | None
+
+    @property
+    def verdict(self) -> str:
+        if self.ratio is None:
+            return "n/a"
+        ok = self.ratio >= self.target.bound if self.target.at_least else self.ratio <= self.target.bound
+        return "met" if ok else "not met"
+
+
+def ratio(target: Target, values: dict) -> float | None:
+    """The target's ratio from one row's values (ms or MB by method), None if one is missing."""
+    native, other = values.get("native"), values.get(target.other)
+    if native is None or other is None:
+        return None
+    return other / native if target.at_least else native / other
+
+
+def checks(timing: dict, memory: dict) -> list[Check]:
+    """Every target at every size it applies to, from forward+backward times and peak memory."""
+    found = []
+    for row in timing["rows"]:
+        if row["pass"] != FWD_BWD:
+            continue
+        size = tuple(row["size"])
+        for target in TIME_TARGETS:
+            if target.applies(size[0]):
+                found.append(Check(target, size, ratio(target, row["ms"])))
+    found.append(Check(MEMORY_TARGET, tuple(memory["size"]), ratio(MEMORY_TARGET, memory["mb"])))
+    return found
+
+
+def fmt_ms(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms:.3g}"
+
+
+def fmt_size(size) -> str:
+    return ", ".join(str(x) for x in size)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def report(timing: dict, memory: dict, settings: Settings) -> str:
+    """bench.md: how it was measured, times, peak memory, and the targets with their verdicts."""
+    columns = [*METHODS, "floor"]
+    time_rows = [
+        [fmt_size(row["size"]), row["pass"], *(fmt_ms(row["ms"].get(m)) for m in columns)]
+        for row in timing["rows"]
+    ]
+    found = checks(timing, memory)
+    check_rows = [
+        [c.target.text(), fmt_size(c.size), "n/a" if c.ratio is None else f"{c.ratio:.2f}", c.verdict]
+        for c in found
+    ]
+    tally = {v: sum(c.verdict == v for c in found) for v in ("met", "not met", "n/a")}
+    parts = [
+        "# torch.attn benchmark",
+        f"torch {timing['torch']}, CPU ({timing['cpu']}), float32, "
+        f"{timing['threads']} threads (torch.set_num_threads), one process for all times.",
+        f"Time per call in ms: the minimum over {settings.repeats} repeats of the mean over a "
+        f"block of calls lasting >= {settings.block_s * 1000:.0f} ms, methods interleaved within "
+        "each repeat; inputs allocated once. forward: inputs without requires_grad. "
+        "forward+backward: `torch.autograd.backward((o, a), (go, ga))`. "
+        "torch.compile: default inductor, compiled afresh per size (static shapes) and warmed "
+        "before timing. floor: q@k.T, a@v, addmm(ga, go, v.T), a.T@go, gx@k, gx.T@q, one "
+        "compiled (at::vec) tanh and one aten.tanh_backward, timed as one sequence."
+        + ("" if timing["has_native"] else " torch.attn does not exist in this build: n/a."),
+        "",
+        table(["n, d, dv", "pass", *(LABELS[c] for c in columns)], time_rows),
+        "",
+    ]
+    composite = memory["mb"]["composite"]
+    mem_rows = [[LABELS[m], f"{mb:.1f}", f"{mb / composite:.2f}"] for m, mb in memory["mb"].items()]
+    return "\n".join([
+        "# torch.attn benchmark",
+        f"torch {timing['torch']}, CPU ({timing['cpu']}), float32, "
+        f"{timing['threads']} threads (torch.set_num_threads), one process for all times.",
+        f"Time per call in ms: the minimum over {settings.repeats} repeats of the mean over a "
+        f"block of calls lasting >= {settings.block_s * 1000:.0f} ms, methods interleaved within "
+        "each repeat; inputs allocated once. forward: inputs without requires_grad. "
+        "forward+backward: `torch.autograd.backward((o, a), (go, ga))`. "
+        "torch.compile: default inductor, compiled afresh per size (static shapes) and warmed "
+        "before timing. floor: q@k.T, a@v, addmm(ga, go, v.T), a.T@go, gx@k, gx.T@q, one "
+        "compiled (at::vec) tanh and one aten.tanh_backward, timed as one sequence."
+        + ("" if timing["has_native"] else " torch.attn does not exist in this build: n/a."),
+        "",
+        table(["n, d, dv", "pass", *(LABELS[c] for c in columns)], time_rows),
+        "",
+        f"Peak memory of one forward+backward at n, d, dv = {fmt_size(memory['size'])}: "
+        "each method in a fresh process, after a warm-up at "
+        f"{fmt_size(MEMORY_WARM_SIZE)}; inputs and output grads allocated, then the peak "
+        "RSS is reset (/proc/self/clear_refs) and the growth VmHWM - VmRSS is read after "
+        "the step.",
+        "",
+        table(["method", "peak RSS growth (MB)", "/ composite"], mem_rows),
+        "",
+        "Targets (forward+backward; the last row is peak memory):",
+        "",
+        table(["target", "n, d, dv", "ratio", "verdict"], check_rows),
+        "",
+        f"{tally['met']} met, {tally['not met']} not met, {tally['n/a']} n/a",
+    ]) + "\n"  # fmt: skip
+
+
+def best_times(steps: dict[str, Callable[[], object]], repeats: int, block_s: float) -> dict[str, float]:
+    """ms per call of each step: min over repeats of a block's mean.
+
+    Steps are interleaved within each repeat so that load from other processes on the machine
+    hits every method alike; the minimum keeps the least disturbed repeat.
+    """
+    numbers = {}
+    for name, step in steps.items():
+        step()  # warm-up: compiles, lazily allocated buffers
+        step()
+        started = time.perf_counter()
+        step()
+        numbers[name] = max(1, math.ceil(block_s / max(time.perf_counter() - started, 1e-9)))
+    best = dict.fromkeys(steps, math.inf)
+    for _ in range(repeats):
+        for name, step in steps.items():
+            started = time.perf_counter()
+            for _ in range(numbers[name]):
+                step()
+            best[name] = min(best[name], (time.perf_counter() - started) / numbers[name])
+    return {name: seconds * 1000 for name, seconds in best.items()}
+
+
+# --- the workers: run with the venv's Python, import torch ---------------------------------
+
+
+def threads() -> int:
+    """As many threads as this process may run on (the machines have 2 cores)."""
+    return len(os.sched_getaffinity(0))
+
+
+def load_torch(fork: Path):
+    """torch with threads fixed, plus the methods by name (native only if torch.attn exists)."""
+    import torch
+
+    sys.path.insert(0, str(fork / "test"))
+    argv, sys.argv = sys.argv, sys.argv[:1]  # common_utils parses sys.argv when imported
+    try:
+        from test_attn_gradcheck import Attn
+    finally:
+        sys.argv = argv
+    torch.set_num_threads(threads())
+
+    def composite(q, k, v):
+        a = torch.tanh(q @ k.T)
+        return a @ v, a
+
+    methods = {"composite": composite, "function": Attn.apply}
+    if hasattr(torch, "attn"):
+        methods = {"native": torch.attn, **methods}
+    return torch, methods
+
+
+def inputs(torch, size, grad: bool):
+    """q, k, v and the output grads go, ga for one size, seeded."""
+    n, d, dv = size
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(n, d), torch.randn(n, d), torch.randn(n, dv))
+    go, ga = torch.randn(n, dv), torch.randn(n, n)
+    for t in (q, k, v):
+        t.requires_grad_(grad)
+    return q, k, v, go, ga
+
+
+def train_step(torch, fn, q, k, v, go, ga):
+    """One forward+backward with both outputs' grads; .grad reset so nothing accumulates."""
+
+    def step():
+        o, a = fn(q, k, v)
+        torch.autograd.backward((o, a), (go, ga))
+        q.grad = k.grad = v.grad = None
+
+    return step
+
+
+def floor_step(torch, q, k, v, go, ga):
+    """The work no implementation can skip: six GEMMs, one tanh pass, one tanh-backward pass.
+
+    The tanh is inductor's (at::vec) because eager at::tanh takes a slow MKL VML path on these
+    CPUs (performance-facts.md); ga + go @ v.T is one addmm.
+    """
+    vec_tanh = torch.compile(lambda x: torch.tanh(x))
+    q, k, v = q.detach(), k.detach(), v.detach()
+
+    def step():
+        a = vec_tanh(torch.mm(q, k.T))
+        torch.mm(a, v)
+        torch.mm(a.T, go)
+        gx = torch.ops.aten.tanh_backward(torch.addmm(ga, go, v.T), a)
+        torch.mm(gx, k)
+        torch.mm(gx.T, q)
+
+    return step
+
+
+def time_worker(fork: Path, settings: Settings) -> dict:
+    torch, methods = load_torch(fork)
+    rows = []
+    for size in settings.sizes:
+        torch._dynamo.reset()  # a static compile per size, as a user with fixed shapes gets
+        fns = {**methods, "compile": torch.compile(methods["composite"])}
+        q, k, v, _, _ = inputs(torch, size, grad=False)
+        forward = {m: (lambda fn=fn: fn(q, k, v)) for m, fn in fns.items()}
+        args = inputs(torch, size, grad=True)
+        steps = {m: train_step(torch, fn, *args) for m, fn in fns.items()}
+        steps["floor"] = floor_step(torch, *args)
+        for name, timed in ((FWD, forward), (FWD_BWD, steps)):
+            ms = best_times(timed, settings.repeats, settings.block_s)
+            rows.append({"size": size, "pass": name, "ms": ms})
+            print(f"bench: {fmt_size(size)} {name}: "
+                  + ", ".join(f"{m} {fmt_ms(t)} ms" for m, t in ms.items()), file=sys.stderr)
+    return {
+        "torch": torch.__version__,
+        "cpu": cpu_model(),
+        "threads": torch.get_num_threads(),
+        "has_native": "native" in methods,
+        "rows": rows,
+    }
+
+
+def cpu_model() -> str:
+    found = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
+    return found.group(1) if found else "unknown CPU"
+
+
+def memory_kb() -> dict[str, int]:
+    status = Path("/proc/self/status").read_text()
+    return {key: int(kb) for key, kb in re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M)}
+
+
+def memory_worker(fork: Path, method: str) -> dict:
+    """MB of peak RSS growth over one forward+backward of `method` at MEMORY_SIZE.
+
+    torch.compile is compiled with dynamic shapes here, so that the warm-up's graph serves the
+    measured size and no compilation happens inside the measurement.
+    """
+    torch, methods = load_torch(fork)
+    fn = torch.compile(methods["composite"], dynamic=True) if method == "compile" else methods[method]
+    train_step(torch, fn, *inputs(torch, MEMORY_WARM_SIZE, grad=True))()
+    step = train_step(torch, fn, *inputs(torch, MEMORY_SIZE, grad=True))
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = memory_kb()["VmRSS"]
+    step()
+    return {"method": method, "mb": (memory_kb()["VmHWM"] - before) / 1024}
+
+
+def plot(timing: dict, png: Path) -> None:
+    """Time per method against n, forward+backward, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for row in timing["rows"] if row["pass"] == FWD_BWD]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for method in (*METHODS, "floor"):
+        points = [(row["size"][0], row["ms"][method]) for row in rows if row["ms"].get(method)]
+        if points:
+            ax.plot(*zip(*points), "--" if method == "floor" else "-o", label=LABELS[method])
+    ax.set(xscale="log", yscale="log", xlabel="n  (d, dv as in bench.md)", ylabel="ms per call",
+           title=f"attn forward+backward, float32, {timing['threads']} threads")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+
+
+# --- the tool side: runs under the system Python --------------------------------------------
+
+
+def spawn(layout: Layout, *args: str) -> bool:
+    """Run this module under the venv's Python; its stderr (progress, tracebacks) shows live."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(layout.root), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    proc = subprocess.run([str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env)
+    return proc.returncode == 0
+
+
+def run(layout: Layout, out_dir: Path, quick: bool) -> int:
+    """Time every method, measure peak memory, write bench.md, bench.json and bench.png."""
+    started = time.monotonic()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        if not spawn(layout, "timing", str(layout.fork), str(result), *(["--quick"] if quick else [])):
+            print("bench: the timing worker failed", file=sys.stderr)
+            return 1
+        timing = json.loads(result.read_text())
+        mb = {}
+        for method in METHODS if timing["has_native"] else METHODS[1:]:
+            if not spawn(layout, "memory", str(layout.fork), str(result), "--method", method):
+                print(f"bench: the memory worker for {method} failed", file=sys.stderr)
+                return 1
+            mb[method] = json.loads(result.read_text())["mb"]
+    memory = {"size": MEMORY_SIZE, "mb": mb}
+    (out_dir / "bench.json").write_text(json.dumps({"timing": timing, "memory": memory}, indent=1))
+    text = report(timing, memory, QUICK if quick else FULL)
+    (out_dir / "bench.md").write_text(text)
+    print(text)
+    png = out_dir / "bench.png"
+    png.unlink(missing_ok=True)
+    if not spawn(layout, "plot", str(out_dir / "bench.json"), str(png)):
+        print("bench: no plot (is matplotlib installed in .venv?)", file=sys.stderr)
+    written = "bench.md, bench.json" + (", bench.png" if png.exists() else "")
+    print(f"bench: wrote {written} to {out_dir} in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The worker entry point (`python -m stacktool.bench ...`); results go to a JSON file."""
+    parser = argparse.ArgumentParser(prog="python -m stacktool.bench")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("timing")
+    p.add_argument("fork", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--quick", action="store_true")
+    p = commands.add_parser("memory")
+    p.add_argument("fork", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--method", choices=METHODS, required=True)
+    p = commands.add_parser("plot")
+    p.add_argument("results", type=Path)
+    p.add_argument("png", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "plot":
+        plot(json.loads(args.results.read_text())["timing"], args.png)
+    elif args.command == "timing":
+        result = time_worker(args.fork, QUICK if args.quick else FULL)
+        args.out.write_text(json.dumps(result))
+    else:
+        args.out.write_text(json.dumps(memory_worker(args.fork, args.method)))
+
+
+if __name__ == "__main__":
+    main()
