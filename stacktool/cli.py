@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from stacktool import config, fork, gate, patches, upstream, venv, wheel
+from stacktool import config, fork, gate, lint, patches, upstream, venv, wheel
 from stacktool.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +33,9 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
         log(f"upstream source: {source.name} (sha256 verified)")
     unpacked = wheel.unpack(wheel.fetch(layout.cache), layout.cache)
     log(f"wheel: {unpacked.name} (sha256 verified)")
-    if venv.ensure(layout, wheel.requirements(unpacked) + list(config.TEST_REQUIREMENTS)):
+    if venv.ensure(layout.venv, wheel.requirements(unpacked) + list(config.TEST_REQUIREMENTS)):
         log("venv: requirements installed")
+    venv.write_pth(layout)
     if state != "current":
         new = layout.fork.with_name("pytorch.new")
         if new.exists():  # only setup makes pytorch.new: a run that was killed left it
@@ -45,6 +46,8 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
         aside = fork.replace(layout.fork, new, move_aside)
         if aside is not None:
             log(f"the previous tree is kept as {aside}")
+    lint.ensure(layout)
+    log("lint venv: upstream's pinned linters ready")
     log(venv.prove_torch(layout, Path("/")))
 
 
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("export", help="write patches/ from the stack commits in pytorch/")
     p.add_argument("--check", action="store_true", help="only compare; exit 1 if they differ")
     commands.add_parser("test", help="the gate .ci/run runs: tool tests and every PR level")
+    commands.add_parser("lint", help="upstream's linters over the files each patch touches")
     args = parser.parse_args(argv)
     layout = config.Layout(ROOT)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "export":
             return export(layout, args.check)
+        if args.command == "lint":
+            return gate.lint_all(layout, log)
         return gate.run(layout, log)
     except StackError as e:
         print(f"stack {args.command}: error: {e}", file=sys.stderr)

@@ -25,6 +25,7 @@ __pycache__/
 *.so.*
 .pytest_cache/
 .hypothesis/
+/.lintbin/
 /test/test-reports/
 /test/.pytest_cache/
 /test/*.csv

@@ -1,8 +1,9 @@
 """`./stack test`: the gate .ci/run runs after setup.
 
 It runs the tool's own tests, checks that patches/ is what pytorch/ holds and that it applies
-to pristine upstream, then checks out each PR level's commit and runs that level's tests with
-upstream's own runners inside pytorch/, proving first which torch they import. It ends with
+to pristine upstream, then checks out each PR level's commit, lints the files it touches and
+runs that level's tests with upstream's own runners inside pytorch/, proving first which torch
+they import. It ends with
 a plain `N passed, M failed` line and exits non-zero on any failure.
 """
 
@@ -12,7 +13,7 @@ import unittest
 from contextlib import contextmanager
 from pathlib import Path
 
-from stacktool import levels, patches, venv
+from stacktool import levels, lint, patches, venv
 from stacktool.config import BASE_REF, BRANCH, Layout
 from stacktool.errors import StackError
 from stacktool.git import git
@@ -67,9 +68,18 @@ def run(layout: Layout, log) -> int:
         with checked_out(layout.fork, commit):
             proof = venv.prove_torch(layout, layout.fork / "test")
             log(f"level {level} ({commit[:12]}): {proof}")
-            for result in levels.run(level, layout, log):
+            for result in [lint.run(layout, commit, "lint", log), *levels.run(level, layout, log)]:
                 result.name = f"level {level}: {result.name}"
                 results.append(result)
+    return report(results)
+
+
+def lint_all(layout: Layout, log) -> int:
+    """`./stack lint`: each level's touched files, at that level's commit."""
+    results = []
+    for level, commit in enumerate(patches.stack_commits(layout.fork), start=1):
+        with checked_out(layout.fork, commit):
+            results.append(lint.run(layout, commit, f"level {level}: lint", log))
     return report(results)
 
 

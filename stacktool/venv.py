@@ -15,7 +15,7 @@ from stacktool.errors import StackError
 from stacktool.config import Layout
 
 PTH = "_stack_fork.pth"
-INSTALLED = "stack-requirements.json"  # in .venv: what was installed, to skip it next time
+INSTALLED = "stack-requirements.json"  # in a venv: what was installed, to skip it next time
 
 
 def base_python() -> str:
@@ -29,26 +29,26 @@ def base_python() -> str:
     return found
 
 
-def ensure(layout: Layout, requirements: list[str]) -> bool:
-    """Create the venv and install `requirements` unless already there; True if it did work."""
-    marker = layout.venv / INSTALLED
+def ensure(path: Path, requirements: list[str]) -> bool:
+    """Create a venv at `path` with `requirements` unless already so; True if it did work."""
+    python = path / "bin" / "python"
+    marker = path / INSTALLED
     wanted = json.dumps(sorted(requirements), indent=1)
-    if layout.python.exists() and marker.exists() and marker.read_text() == wanted:
-        write_pth(layout)
+    if python.exists() and marker.exists() and marker.read_text() == wanted:
         return False
-    if not layout.python.exists():
-        run([base_python(), "-m", "venv", str(layout.venv)], "creating the venv")
+    if not python.exists():
+        run([base_python(), "-m", "venv", str(path)], f"creating {path}")
     run(
-        [str(layout.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          *requirements],
-        "installing requirements into .venv",
+        f"installing requirements into {path}",
     )  # fmt: skip
-    write_pth(layout)
     marker.write_text(wanted)
     return True
 
 
 def write_pth(layout: Layout) -> None:
+    """Put the fork on the venv's sys.path, as tools/nightly.py's pytorch-nightly.pth does."""
     (layout.site_packages / PTH).write_text(f"{layout.fork}\n")
 
 
