@@ -35,6 +35,11 @@ MEMORY_SIZE = (2048, 64, 64)
 # lazily built state exist, small enough (256 KB per n x n tensor) to leave nothing behind
 # that the measured run could reuse instead of growing.
 MEMORY_WARM_SIZE = (256, 64, 64)
+# glibc's mmap threshold adapts to past frees, so whether a freed n x n buffer stays resident
+# (and is reused without growing RSS) depends on history: peak RSS growth then moves by whole
+# buffers from run to run. A fixed threshold mmaps every large tensor and unmaps it on free,
+# so the growth is the peak of live tensor memory, the same in every run.
+MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 METHODS = ("native", "composite", "function", "compile")
 LABELS = {
     "native": "native torch.attn",
@@ -63,8 +68,8 @@ QUICK = Settings(QUICK_SIZES, repeats=3, block_s=0.02)
 class Target:
     """One of the spec's forward+backward targets for native torch.attn.
 
-    at_least: the ratio is `other / native` (a speedup or saving) and must be >= bound;
-    otherwise it is `native / other` and must be <= bound.
+    at_least: the ratio is `other / native` (a speedup) and must be >= bound; otherwise it
+    is `native / other` (a time or memory fraction) and must be <= bound.
     """
 
     other: str
@@ -84,7 +89,7 @@ TIME_TARGETS = (
     Target("compile", lambda n: True, 1.0, at_least=True),  # never slower than torch.compile
     Target("floor", lambda n: n >= 2048, 1.10, at_least=False),  # within 10% of the floor
 )
-MEMORY_TARGET = Target("composite", lambda n: True, 0.75, at_least=False)
+MEMORY_TARGET = Target("composite", lambda n: True, 0.75, at_least=False)  # peak memory
 
 
 @dataclass(frozen=True)
@@ -96,11 +101,16 @@ class Check:
     ratio: float | None
 
     @property
+    def shown(self) -> str:
+        return "n/a" if self.ratio is None else f"{self.ratio:.2f}"
+
+    @property
     def verdict(self) -> str:
+        """Judged on the ratio as shown, so the table never reads "1.50 not met" for ">= 1.50"."""
         if self.ratio is None:
             return "n/a"
-        ok = self.ratio >= self.target.bound if self.target.at_least else self.ratio <= self.target.bound
-        return "met" if ok else "not met"
+        shown, bound = float(self.shown), self.target.bound
+        return "met" if (shown >= bound if self.target.at_least else shown <= bound) else "not met"
 
 
 def ratio(target: Target, values: dict) -> float | None:
@@ -146,33 +156,16 @@ def report(timing: dict, memory: dict, settings: Settings) -> str:
         for row in timing["rows"]
     ]
     found = checks(timing, memory)
-    check_rows = [
-        [c.target.text(), fmt_size(c.size), "n/a" if c.ratio is None else f"{c.ratio:.2f}", c.verdict]
-        for c in found
-    ]
+    check_rows = [[c.target.text(), fmt_size(c.size), c.shown, c.verdict] for c in found]
     tally = {v: sum(c.verdict == v for c in found) for v in ("met", "not met", "n/a")}
-    parts = [
-        "# torch.attn benchmark",
-        f"torch {timing['torch']}, CPU ({timing['cpu']}), float32, "
-        f"{timing['threads']} threads (torch.set_num_threads), one process for all times.",
-        f"Time per call in ms: the minimum over {settings.repeats} repeats of the mean over a "
-        f"block of calls lasting >= {settings.block_s * 1000:.0f} ms, methods interleaved within "
-        "each repeat; inputs allocated once. forward: inputs without requires_grad. "
-        "forward+backward: `torch.autograd.backward((o, a), (go, ga))`. "
-        "torch.compile: default inductor, compiled afresh per size (static shapes) and warmed "
-        "before timing. floor: q@k.T, a@v, addmm(ga, go, v.T), a.T@go, gx@k, gx.T@q, one "
-        "compiled (at::vec) tanh and one aten.tanh_backward, timed as one sequence."
-        + ("" if timing["has_native"] else " torch.attn does not exist in this build: n/a."),
-        "",
-        table(["n, d, dv", "pass", *(LABELS[c] for c in columns)], time_rows),
-        "",
-    ]
     composite = memory["mb"]["composite"]
     mem_rows = [[LABELS[m], f"{mb:.1f}", f"{mb / composite:.2f}"] for m, mb in memory["mb"].items()]
     return "\n".join([
         "# torch.attn benchmark",
         f"torch {timing['torch']}, CPU ({timing['cpu']}), float32, "
-        f"{timing['threads']} threads (torch.set_num_threads), one process for all times.",
+        f"{timing['threads']} threads (torch.set_num_threads), one process for all times. "
+        "1-minute load average {:.1f} before timing, {:.1f} after (this run's own threads "
+        "count): other processes on these cores make the times noisy.".format(*timing["load"]),
         f"Time per call in ms: the minimum over {settings.repeats} repeats of the mean over a "
         f"block of calls lasting >= {settings.block_s * 1000:.0f} ms, methods interleaved within "
         "each repeat; inputs allocated once. forward: inputs without requires_grad. "
@@ -186,9 +179,10 @@ def report(timing: dict, memory: dict, settings: Settings) -> str:
         "",
         f"Peak memory of one forward+backward at n, d, dv = {fmt_size(memory['size'])}: "
         "each method in a fresh process, after a warm-up at "
-        f"{fmt_size(MEMORY_WARM_SIZE)}; inputs and output grads allocated, then the peak "
-        "RSS is reset (/proc/self/clear_refs) and the growth VmHWM - VmRSS is read after "
-        "the step.",
+        f"{fmt_size(MEMORY_WARM_SIZE)} (torch.compile: dynamic shapes, so nothing compiles in "
+        "the step), with glibc's mmap threshold fixed at 64 KiB so that freed tensors leave "
+        "RSS; inputs and output grads allocated, then the peak RSS is reset "
+        "(/proc/self/clear_refs) and the growth VmHWM - VmRSS is read after the step.",
         "",
         table(["method", "peak RSS growth (MB)", "/ composite"], mem_rows),
         "",
@@ -200,11 +194,12 @@ def report(timing: dict, memory: dict, settings: Settings) -> str:
     ]) + "\n"  # fmt: skip
 
 
-def best_times(steps: dict[str, Callable[[], object]], repeats: int, block_s: float) -> dict[str, float]:
+def best_times(steps: dict[object, Callable[[], object]], repeats: int, block_s: float) -> dict:
     """ms per call of each step: min over repeats of a block's mean.
 
     Steps are interleaved within each repeat so that load from other processes on the machine
-    hits every method alike; the minimum keeps the least disturbed repeat.
+    hits every step alike (and the ratios between them less); the minimum keeps the least
+    disturbed repeat.
     """
     numbers = {}
     for name, step in steps.items():
@@ -296,26 +291,30 @@ def floor_step(torch, q, k, v, go, ga):
 
 
 def time_worker(fork: Path, settings: Settings) -> dict:
+    """Forward and forward+backward times of every method and the floor, size by size."""
     torch, methods = load_torch(fork)
+    load_before = os.getloadavg()[0]
     rows = []
     for size in settings.sizes:
         torch._dynamo.reset()  # a static compile per size, as a user with fixed shapes gets
         fns = {**methods, "compile": torch.compile(methods["composite"])}
         q, k, v, _, _ = inputs(torch, size, grad=False)
-        forward = {m: (lambda fn=fn: fn(q, k, v)) for m, fn in fns.items()}
+        steps = {(FWD, m): (lambda fn=fn: fn(q, k, v)) for m, fn in fns.items()}
         args = inputs(torch, size, grad=True)
-        steps = {m: train_step(torch, fn, *args) for m, fn in fns.items()}
-        steps["floor"] = floor_step(torch, *args)
-        for name, timed in ((FWD, forward), (FWD_BWD, steps)):
-            ms = best_times(timed, settings.repeats, settings.block_s)
-            rows.append({"size": size, "pass": name, "ms": ms})
+        steps.update({(FWD_BWD, m): train_step(torch, fn, *args) for m, fn in fns.items()})
+        steps[FWD_BWD, "floor"] = floor_step(torch, *args)
+        ms = best_times(steps, settings.repeats, settings.block_s)  # one call: one set of conditions
+        for name in (FWD, FWD_BWD):
+            row = {m: t for (p, m), t in ms.items() if p == name}
+            rows.append({"size": size, "pass": name, "ms": row})
             print(f"bench: {fmt_size(size)} {name}: "
-                  + ", ".join(f"{m} {fmt_ms(t)} ms" for m, t in ms.items()), file=sys.stderr)
+                  + ", ".join(f"{m} {fmt_ms(t)} ms" for m, t in row.items()), file=sys.stderr)
     return {
         "torch": torch.__version__,
         "cpu": cpu_model(),
         "threads": torch.get_num_threads(),
         "has_native": "native" in methods,
+        "load": [load_before, os.getloadavg()[0]],
         "rows": rows,
     }
 
@@ -339,6 +338,7 @@ def memory_worker(fork: Path, method: str) -> dict:
     torch, methods = load_torch(fork)
     fn = torch.compile(methods["composite"], dynamic=True) if method == "compile" else methods[method]
     train_step(torch, fn, *inputs(torch, MEMORY_WARM_SIZE, grad=True))()
+    torch._dynamo.config.error_on_recompile = True  # a compile would be counted as the step's
     step = train_step(torch, fn, *inputs(torch, MEMORY_SIZE, grad=True))
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
@@ -370,10 +370,10 @@ def plot(timing: dict, png: Path) -> None:
 # --- the tool side: runs under the system Python --------------------------------------------
 
 
-def spawn(layout: Layout, *args: str) -> bool:
+def spawn(layout: Layout, *args: str, env: dict[str, str] | None = None) -> bool:
     """Run this module under the venv's Python; its stderr (progress, tracebacks) shows live."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(layout.root), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    path = os.pathsep.join(filter(None, [str(layout.root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path}
     proc = subprocess.run([str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env)
     return proc.returncode == 0
 
@@ -389,8 +389,9 @@ def run(layout: Layout, out_dir: Path, quick: bool) -> int:
             return 1
         timing = json.loads(result.read_text())
         mb = {}
-        for method in METHODS if timing["has_native"] else METHODS[1:]:
-            if not spawn(layout, "memory", str(layout.fork), str(result), "--method", method):
+        for method in [m for m in METHODS if m != "native" or timing["has_native"]]:
+            args = ("memory", str(layout.fork), str(result), "--method", method)
+            if not spawn(layout, *args, env=MEMORY_ENV):
                 print(f"bench: the memory worker for {method} failed", file=sys.stderr)
                 return 1
             mb[method] = json.loads(result.read_text())["mb"]

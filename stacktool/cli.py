@@ -1,4 +1,4 @@
-"""`./stack COMMAND`: setup, export, test (see README.md)."""
+"""`./stack COMMAND`: setup, export, test, lint, bench (see README.md)."""
 
 import argparse
 import os
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from stacktool import config, fork, gate, lint, patches, upstream, venv, wheel
+from stacktool import bench, config, fork, gate, lint, patches, upstream, venv, wheel
 from stacktool.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="only compare; exit 1 if they differ")
     commands.add_parser("test", help="the gate .ci/run runs: tool tests and every PR level")
     commands.add_parser("lint", help="upstream's linters over the files each patch touches")
+    p = commands.add_parser("bench", help="native vs composite vs Function vs compile (no test)")
+    p.add_argument("--quick", action="store_true", help="the three small sizes, few repeats")
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "bench", help="where to write")
     args = parser.parse_args(argv)
     layout = config.Layout(ROOT)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
@@ -83,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             return export(layout, args.check)
         if args.command == "lint":
             return gate.lint_all(layout, log)
+        if args.command == "bench":
+            return bench.run(layout, args.out.resolve(), args.quick)
         return gate.run(layout, log)
     except StackError as e:
         print(f"stack {args.command}: error: {e}", file=sys.stderr)

@@ -33,6 +33,7 @@ TEST_REQUIREMENTS = (
     "scipy==1.13.1",
     "ninja",
     "unittest-xml-reporting<=3.2.0,>=2.0.0",
+    "matplotlib==3.11.2",  # ./stack bench's plot
 )
 
 # The pristine commit is made with a fixed identity and date so its id is the same everywhere.

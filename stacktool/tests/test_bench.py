@@ -1,0 +1,124 @@
+"""The benchmark's pure parts (targets, verdicts, the report) on synthetic numbers; no torch."""
+
+import unittest
+
+from stacktool import bench
+
+
+def timing(rows, has_native=True):
+    return {"torch": "2.6.0", "cpu": "test CPU", "threads": 2, "has_native": has_native,
+            "load": [0.04, 1.96], "rows": rows}
+
+
+def row(size, native, composite, compile, floor=None, function=1.0):
+    ms = {"composite": composite, "function": function, "compile": compile, "floor": floor}
+    if native is not None:
+        ms["native"] = native
+    return {"size": list(size), "pass": bench.FWD_BWD, "ms": ms}
+
+
+def memory(native, composite=67.0):
+    mb = {"composite": composite, "function": 116.0, "compile": 40.0}
+    if native is not None:
+        mb["native"] = native
+    return {"size": list(bench.MEMORY_SIZE), "mb": mb}
+
+
+def verdicts(found):
+    return [(c.target.text(), c.size[0], c.verdict) for c in found]
+
+
+class ChecksTest(unittest.TestCase):
+    def test_targets_by_size(self):
+        rows = [row(s, 1.0, 2.0, 2.0, floor=1.0) for s in bench.SIZES]
+        found = bench.checks(timing(rows), memory(10.0))
+        self.assertEqual(
+            [(c.target.other, c.size[0]) for c in found],
+            [("composite", 2), ("compile", 2), ("composite", 64), ("compile", 64),
+             ("composite", 512), ("compile", 512),
+             ("composite", 2048), ("compile", 2048), ("floor", 2048),
+             ("composite", 4096), ("compile", 4096), ("floor", 4096),
+             ("composite", 2048)],
+        )  # fmt: skip
+        self.assertEqual([c.target.bound for c in found[:6:2]], [1.5, 1.5, 1.15])
+
+    def test_bounds_are_inclusive_and_directions_right(self):
+        found = bench.checks(timing([
+            row((2, 3, 4), native=0.2, composite=0.3, compile=0.19),  # 1.50x met; 0.95x not met
+            row((512, 64, 64), native=10.0, composite=11.4, compile=10.0),  # 1.14x not met; 1.0x met
+            row((2048, 64, 64), native=21.9, composite=40.0, compile=30.0, floor=20.0),
+            row((4096, 128, 128), native=22.2, composite=40.0, compile=30.0, floor=20.0),
+        ]), memory(50.0))  # fmt: skip
+        self.assertEqual(verdicts(found), [
+            ("composite / native >= 1.50", 2, "met"),
+            ("compile / native >= 1.00", 2, "not met"),
+            ("composite / native >= 1.15", 512, "not met"),
+            ("compile / native >= 1.00", 512, "met"),
+            ("composite / native >= 1.15", 2048, "met"),
+            ("compile / native >= 1.00", 2048, "met"),
+            ("native / floor <= 1.10", 2048, "met"),  # 1.095
+            ("composite / native >= 1.15", 4096, "met"),
+            ("compile / native >= 1.00", 4096, "met"),
+            ("native / floor <= 1.10", 4096, "not met"),  # 1.11
+            ("native / composite <= 0.75", 2048, "met"),  # 0.746
+        ])  # fmt: skip
+        self.assertAlmostEqual(found[-1].ratio, 50 / 67)
+
+    def test_memory_over_bound_is_not_met(self):
+        found = bench.checks(timing([]), memory(98.0))
+        self.assertEqual(verdicts(found), [("native / composite <= 0.75", 2048, "not met")])
+
+    def test_without_native_everything_is_na(self):
+        rows = [row(s, None, 2.0, 2.0, floor=1.0) for s in bench.SIZES]
+        found = bench.checks(timing(rows, has_native=False), memory(None))
+        self.assertEqual({c.verdict for c in found}, {"n/a"})
+        self.assertEqual({c.ratio for c in found}, {None})
+
+    def test_forward_rows_have_no_targets(self):
+        forward = {**row((64, 32, 32), 1.0, 9.0, 9.0), "pass": bench.FWD}
+        self.assertEqual(len(bench.checks(timing([forward]), memory(10.0))), 1)
+
+
+class ReportTest(unittest.TestCase):
+    def test_report_tables_and_tally(self):
+        rows = [
+            {"size": [2, 3, 4], "pass": bench.FWD, "ms": {"native": 0.01, "composite": 0.0123,
+                                                           "function": 0.05, "compile": 0.04}},
+            row((2, 3, 4), native=0.1, composite=0.2, compile=0.3, floor=0.05),
+        ]  # fmt: skip
+        text = bench.report(timing(rows), memory(50.0), bench.QUICK)
+        self.assertIn("2 threads (torch.set_num_threads)", text)
+        self.assertIn("minimum over 3 repeats", text)
+        self.assertIn("load average 0.0 before timing, 2.0 after", text)
+        self.assertIn(
+            "| n, d, dv | pass | native torch.attn | composite (eager) | PR 2 Function "
+            "| torch.compile(composite) | floor |", text)  # fmt: skip
+        self.assertIn("| 2, 3, 4 | forward | 0.01 | 0.0123 | 0.05 | 0.04 | n/a |", text)
+        self.assertIn("| 2, 3, 4 | forward+backward | 0.1 | 0.2 | 1 | 0.3 | 0.05 |", text)
+        self.assertIn("| PR 2 Function | 116.0 | 1.73 |", text)
+        self.assertIn("| composite / native >= 1.50 | 2, 3, 4 | 2.00 | met |", text)
+        self.assertIn("| native / composite <= 0.75 | 2048, 64, 64 | 0.75 | met |", text)
+        self.assertTrue(text.endswith("3 met, 0 not met, 0 n/a\n"))
+        self.assertNotIn("does not exist", text)
+
+    def test_report_without_native_says_so(self):
+        rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5)]
+        text = bench.report(timing(rows, has_native=False), memory(None), bench.FULL)
+        self.assertIn("torch.attn does not exist in this build: n/a.", text)
+        self.assertIn("| 64, 32, 32 | forward+backward | n/a | 1 | 1 | 1.5 | 0.5 |", text)
+        self.assertNotIn("native torch.attn |", text.split("| method |")[1].split("Targets")[0])
+        self.assertTrue(text.endswith("0 met, 0 not met, 3 n/a\n"))
+
+
+class BestTimesTest(unittest.TestCase):
+    def test_warms_up_then_interleaves_repeats(self):
+        calls = []
+        steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+        found = bench.best_times(steps, repeats=2, block_s=0.0)  # one call per block
+        self.assertEqual(calls, ["a"] * 3 + ["b"] * 3 + ["a", "b", "a", "b"])
+        self.assertEqual(sorted(found), ["a", "b"])
+        self.assertTrue(all(ms >= 0 for ms in found.values()))
+
+
+if __name__ == "__main__":
+    unittest.main()
