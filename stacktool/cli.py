@@ -1,4 +1,4 @@
-"""`./stack COMMAND`: setup, export, test, lint, bench (see README.md)."""
+"""`./stack COMMAND`: setup, build, export, test, lint, bench (see README.md)."""
 
 import argparse
 import os
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from stacktool import bench, config, fork, gate, lint, patches, upstream, venv, wheel
+from stacktool import bench, config, fork, gate, lint, overlay, patches, upstream, venv, wheel
 from stacktool.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +48,14 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
             log(f"the previous tree is kept as {aside}")
     lint.ensure(layout)
     log("lint venv: upstream's pinned linters ready")
+    build(layout)
     log(venv.prove_torch(layout, Path("/")))
+
+
+def build(layout: config.Layout) -> None:
+    """The overlay build of what pytorch/ has checked out, and the venv's hook that loads it."""
+    overlay.install_loader(layout.site_packages, layout.overlay)
+    overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1)
 
 
 def export(layout: config.Layout, check: bool) -> int:
@@ -70,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep an existing pytorch/ that holds other work as pytorch.old-<time>/")
     p = commands.add_parser("export", help="write patches/ from the stack commits in pytorch/")
     p.add_argument("--check", action="store_true", help="only compare; exit 1 if they differ")
+    commands.add_parser("build", help="overlay-build the new ops of pytorch/'s checkout")
     commands.add_parser("test", help="the gate .ci/run runs: tool tests and every PR level")
     commands.add_parser("lint", help="upstream's linters over the files each patch touches")
     p = commands.add_parser("bench", help="native vs composite vs Function vs compile (no test)")
@@ -82,13 +90,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "setup":
             setup(layout, args.upstream, args.move_aside)
             return 0
+        if args.command == "build":
+            build(layout)
+            return 0
         if args.command == "export":
             return export(layout, args.check)
         if args.command == "lint":
             return gate.lint_all(layout, log)
         if args.command == "bench":
             return bench.run(layout, args.out.resolve(), args.quick)
-        return gate.run(layout, log)
+        return gate.run(layout, log, build)
     except StackError as e:
         print(f"stack {args.command}: error: {e}", file=sys.stderr)
         return 1

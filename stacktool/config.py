@@ -85,6 +85,10 @@ class Layout:
         return self.root / "build"
 
     @property
+    def overlay(self) -> Path:
+        return self.build / "overlay"
+
+    @property
     def gradient_doc(self) -> Path:
         return self.root / "attn_gradient.md"
 

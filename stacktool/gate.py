@@ -58,7 +58,7 @@ def checked_out(fork: Path, commit: str):
         git(fork, "checkout", "--quiet", BRANCH)
 
 
-def run(layout: Layout, log) -> int:
+def run(layout: Layout, log, build) -> int:
     results = [tool_tests(log)]
     found = patches.export(layout.fork, layout.patches, layout.gradient_doc, check=True)
     results.append(Result("patches/ match pytorch/", int(not found), int(bool(found)),
@@ -66,6 +66,7 @@ def run(layout: Layout, log) -> int:
     results.append(applies_to_pristine(layout))
     for level, commit in enumerate(patches.stack_commits(layout.fork), start=1):
         with checked_out(layout.fork, commit):
+            build(layout)
             proof = venv.prove_torch(layout, layout.fork / "test")
             log(f"level {level} ({commit[:12]}): {proof}")
             for result in [lint.run(layout, commit, "lint", log), *levels.run(level, layout, log)]:

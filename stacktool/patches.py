@@ -26,7 +26,7 @@ def render(fork: Path) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as out:
         git(
             fork, "format-patch", "--zero-commit", "--no-signature", "--no-renames",
-            "--quiet", "-o", out, f"{config.BASE_REF}..{config.BRANCH}",
+            "--no-numbered", "--quiet", "-o", out, f"{config.BASE_REF}..{config.BRANCH}",
         )  # fmt: skip
         return {p.name: p.read_bytes() for p in sorted(Path(out).iterdir())}
 

@@ -1,0 +1,122 @@
+"""Puts the overlay-built ops into torch while `import torch` runs (installed as _stack_overlay).
+
+`stacktool.overlay.install_loader` copies this file into the venv as `_stack_overlay.py`,
+next to `_stack_overlay.pth`, whose one line is
+
+    import _stack_overlay; _stack_overlay.activate('/path/to/build')
+
+so every Python of the venv (and every subprocess it starts, e.g. run_test.py's) runs it
+at start-up. Nothing in the fork or in the wheel's files is touched. Standard library only.
+
+Why a sys.meta_path finder, and why two phases: `torch/__init__.py` copies the names out of
+`torch._C._VariableFunctions` right after `torch._C._initExtension()`, and
+`torch/_torch_docs.py` calls `add_docstr(torch.attn, ...)` during `import torch`, so the
+new functions must exist right after `torch._C` is loaded, before that copy; a hook at the
+end of `import torch` is too late. The finder acts only on `torch._C` and wraps its
+loader's `exec_module`:
+
+- phase 1, right after `torch._C` executes (inside `from torch._C import *`): load the core
+  library RTLD_GLOBAL (its static initializers register the schemas and kernels with the
+  dispatcher; stack_overlay_refresh_batched works around a dispatcher quirk, see
+  overlay_dispatch_refresh.cpp), then the binding module, which adds the `torch.*` functions to
+  `torch._C._VariableFunctionsClass` and the named-tuple types to `torch._C._return_types`;
+- phase 2: `torch._C._functions` exists only once `torch._C._initExtension()` ran, so that
+  function is wrapped once and the new autograd Node classes (e.g. AttnBackward0) are
+  added to `torch._C._functions` after it.
+
+It does nothing, silently, when the build directory has no overlay built yet (no
+manifest), or when the `torch._C` being imported is not the fork's the overlay was built
+for.
+"""
+
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+
+MANIFEST = "overlay.json"
+
+
+class _StackOverlayFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps the real loader of `torch._C` (see module doc)."""
+
+    def __init__(self, manifest: dict) -> None:
+        self.manifest = manifest
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch._C":
+            return None
+        sys.meta_path.remove(self)  # one use
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if find is not None:
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None or spec.origin is None:
+            return spec
+        torch_dir = os.path.realpath(os.path.join(self.manifest["fork"], "torch"))
+        if os.path.dirname(os.path.realpath(spec.origin)) != torch_dir:
+            return spec  # not the fork this overlay was built for: leave it alone
+        exec_module = spec.loader.exec_module
+        manifest = self.manifest
+
+        def exec_then_overlay(module):
+            exec_module(module)
+            _phase1(module, manifest)
+
+        spec.loader.exec_module = exec_then_overlay
+        return spec
+
+
+def _phase1(C, manifest: dict) -> None:
+    import ctypes
+
+    try:
+        core = ctypes.CDLL(manifest["core"], mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        spec = importlib.util.spec_from_file_location(
+            "_stack_overlay_bindings", manifest["bindings"]
+        )
+        bindings = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bindings)
+    except OSError as e:
+        raise ImportError(
+            f"stack overlay: cannot load the overlay build in {manifest['build']}: {e}; "
+            "rebuild it (./stack build)"
+        ) from e
+    for op in manifest["ops"]:  # see overlay_dispatch_refresh.cpp
+        core.stack_overlay_refresh_batched(op.encode())
+    bindings.install_functions(C._VariableFunctionsClass)
+    new_types = bindings.return_types()
+    for name in dir(new_types):
+        if not name.startswith("__"):
+            setattr(C._return_types, name, getattr(new_types, name))
+    init_extension = C._initExtension
+
+    def _initExtension(*args, **kwargs):
+        result = init_extension(*args, **kwargs)
+        bindings.install_nodes(C._functions)
+        return result
+
+    C._initExtension = _initExtension
+    C._stack_overlay = manifest  # for humans and tests: what was overlaid
+
+
+def activate(build_dir: str) -> None:
+    """Install the finder if `build_dir` holds a built overlay (idempotent, silent)."""
+    if any(type(f).__name__ == "_StackOverlayFinder" for f in sys.meta_path):
+        return
+    if "torch._C" in sys.modules:
+        return
+    path = os.path.join(build_dir, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return
+    if not manifest.get("core"):
+        return  # the stack adds no ops at this checkout
+    manifest["build"] = build_dir
+    sys.meta_path.insert(0, _StackOverlayFinder(manifest))

@@ -1,0 +1,374 @@
+"""What C++ the stack adds, read from git: new files, and lines added to upstream files.
+
+The overlay build compiles only what the stack adds. New source files are compiled whole.
+An upstream file the stack edits (say, `OP_DECOMPOSE(attn);` in a functorch registration
+block) cannot be compiled whole: the wheel already holds every kernel it registers, and
+compiling it again re-registers them all ("Overriding a previously registered kernel").
+So `added_lines_tu` writes a translation unit made of:
+
+- the file's preprocessor directives at file/namespace scope (#include, #define, #if...),
+  in file order, so that the added code sees the same headers, macros and conditions;
+- its `using` declarations and namespace aliases, inside the namespaces they belong to;
+- each run of added lines, wrapped in the namespaces and the TORCH_LIBRARY_IMPL /
+  TORCH_LIBRARY_FRAGMENT block that enclose it in the file (TORCH_LIBRARY becomes
+  TORCH_LIBRARY_FRAGMENT: libtorch owns the library), with `#line` so that compiler
+  errors point at the real file and line.
+
+Limits (each one is reported as a StackError naming file and line, or shows up as a
+compile error in the generated TU, which `#line` maps back to the real file):
+
+- added lines must sit at file/namespace scope or directly inside a registration block;
+  lines added inside an existing function or class body cannot be overlaid;
+- removing or changing upstream code lines cannot be overlaid (the wheel keeps them);
+  removed blank and `//` comment lines are ignored;
+- added code may use the file's includes, macros and `using` declarations and anything
+  declared in headers, but not the file's own static / anonymous-namespace helpers or
+  other file-local definitions (they are not copied: copying would duplicate their
+  static initializers); put such code in a new file instead;
+- braces must balance the same way in every #if branch (the scanner reads all branches).
+"""
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stacktool.errors import StackError
+
+_LIBRARY = re.compile(r"\bTORCH_LIBRARY(_IMPL|_FRAGMENT)?\s*\(([^()]*)\)\s*$")
+_NAMESPACE = re.compile(r"(?:\binline\s+)?\bnamespace\b[\w:\s]*$|\bextern\s+\"C\"\s*$")
+_USING = re.compile(r"^(using\b|namespace\s+\w+\s*=)")
+
+
+def git(fork: Path, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(fork), *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise StackError(f"git {' '.join(args)} failed in {fork}:\n{result.stderr.strip()}")
+    return result.stdout
+
+
+def changed_files(fork: Path, base: str) -> dict[str, str]:
+    """{path: status} of what the working tree changes relative to `base` (A, M, D, ...).
+
+    The working tree, not HEAD: an overlay build is for what is checked out and edited,
+    committed or not. Untracked files that git does not ignore count as added.
+    """
+    found: dict[str, str] = {}
+    for line in git(fork, "diff", "--name-status", "--no-renames", base).splitlines():
+        status, path = line.split("\t", 1)
+        found[path] = status[0]
+    for path in git(fork, "ls-files", "--others", "--exclude-standard").splitlines():
+        found.setdefault(path, "A")
+    return found
+
+
+def parse_unified_diff(diff: str) -> tuple[list[int], list[tuple[int, str]]]:
+    """(added line numbers in the new file, [(old line number, text)] of removed lines).
+
+    Expects `git diff -U0` output for one file.
+    """
+    added: list[int] = []
+    removed: list[tuple[int, str]] = []
+    old = new = 0
+    for line in diff.splitlines():
+        m = re.match(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@", line)
+        if m:
+            old, new = int(m.group(1)), int(m.group(2))
+            continue
+        if line.startswith(("+++", "---", "diff ", "index ", "new file", "deleted file")):
+            continue
+        if line.startswith("+"):
+            added.append(new)
+            new += 1
+        elif line.startswith("-"):
+            removed.append((old, line[1:]))
+            old += 1
+        elif line.startswith(" "):
+            old += 1
+            new += 1
+    return added, removed
+
+
+def added_lines(fork: Path, base: str, path: str) -> list[int]:
+    """Line numbers the stack adds to upstream file `path`; StackError if it removes code."""
+    added, removed = parse_unified_diff(git(fork, "diff", "-U0", base, "--", path))
+    for number, text in removed:
+        stripped = text.strip()
+        if stripped and not stripped.startswith("//"):
+            raise StackError(
+                f"{path}:{number} (in {base}): the stack changes or removes upstream code "
+                f"({stripped[:60]!r}); this cannot be overlaid on the wheel, which keeps it. "
+                "Add code instead of changing it, or do a full from-source build."
+            )
+    return added
+
+
+@dataclass(eq=False)
+class Frame:
+    """An open brace block: kind is 'namespace', 'library' or 'other'."""
+
+    kind: str
+    header: str
+    line: int
+    usings: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+@dataclass
+class Scan:
+    """What `scan` learned about a C++ file, indexed by 1-based line number."""
+
+    lines: list[str]
+    frames_at: list[tuple[Frame, ...]]  # frames open at the start of each line
+    conds_at: list[tuple[tuple[str, bool], ...]]  # open #if sections: (directives, top-level?)
+    directive_lines: dict[int, int]  # first line -> last line of each directive
+    file_usings: list[tuple[int, int, str]]
+
+
+def scan(text: str, path: str) -> Scan:
+    """Track braces, namespaces, registration blocks and #if nesting, line by line.
+
+    Comments, string and character literals and preprocessor lines do not count as braces.
+    """
+    lines = text.split("\n")
+    frames: list[Frame] = []
+    conds: list[tuple[str, bool]] = []
+    frames_at: list[tuple[Frame, ...]] = [()]
+    conds_at: list[tuple[tuple[str, bool], ...]] = [()]
+    directive_lines: dict[int, int] = {}
+    file_usings: list[tuple[int, int, str]] = []
+    head: list[str] = []
+    head_line = 1
+    in_block_comment = False
+    n = 0
+    while n < len(lines):
+        number = n + 1
+        frames_at.append(tuple(frames))
+        conds_at.append(tuple(conds))
+        line = lines[n]
+        if not in_block_comment and line.lstrip().startswith("#"):
+            last = n
+            while lines[last].endswith("\\") and last + 1 < len(lines):
+                last += 1
+                frames_at.append(tuple(frames))
+                conds_at.append(tuple(conds))
+            directive_lines[number] = last + 1
+            d = " ".join(lines[n : last + 1])
+            word = re.match(r"#\s*(\w*)", d.strip()).group(1)
+            top = all(f.kind == "namespace" for f in frames)
+            if word in ("if", "ifdef", "ifndef"):
+                conds.append((d.strip(), top))
+            elif word in ("elif", "else") and conds:
+                directives, was_top = conds[-1]
+                conds[-1] = (directives + "\n" + d.strip(), was_top)
+            elif word == "endif" and conds:
+                conds.pop()
+            n = last + 1
+            continue
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if in_block_comment:
+                end = line.find("*/", i)
+                if end < 0:
+                    i = len(line)
+                else:
+                    in_block_comment = False
+                    i = end + 2
+                continue
+            if line.startswith("//", i):
+                break
+            if line.startswith("/*", i):
+                in_block_comment = True
+                i += 2
+                continue
+            m = re.match(r'R"([^()\\\s]{0,16})\(', line[i:])
+            if m and (i == 0 or not (line[i - 1].isalnum() or line[i - 1] == "_")):
+                closing = ")" + m.group(1) + '"'
+                rest = "\n".join(lines[n:])
+                end = rest.find(closing, i + m.end())
+                if end < 0:
+                    raise StackError(f"{path}:{number}: unterminated raw string")
+                consumed = rest[: end + len(closing)]
+                extra = consumed.count("\n")
+                for _ in range(extra):
+                    frames_at.append(tuple(frames))
+                    conds_at.append(tuple(conds))
+                head.append(consumed[i:])
+                n += extra
+                line = lines[n]
+                i = len(consumed) - consumed.rfind("\n") - 1 if extra else end + len(closing)
+                continue
+            if c in "\"'":
+                if c == "'" and i > 0 and line[i - 1].isalnum():  # digit separator 1'000
+                    i += 1
+                    continue
+                j = i + 1
+                while j < len(line) and line[j] != c:
+                    j += 2 if line[j] == "\\" else 1
+                head.append(line[i : j + 1])
+                i = j + 1
+                continue
+            if c == "{":
+                h = " ".join("".join(head).split())
+                if _NAMESPACE.search(h):
+                    frames.append(Frame("namespace", _NAMESPACE.search(h).group(0).strip(), number))
+                elif _LIBRARY.search(h):
+                    frames.append(Frame("library", _LIBRARY.search(h).group(0).strip(), number))
+                else:
+                    frames.append(Frame("other", h, number))
+                head = []
+                head_line = number
+            elif c == "}":
+                if not frames:
+                    raise StackError(f"{path}:{number}: unbalanced '}}' (cannot scan this file)")
+                frames.pop()
+                head = []
+                head_line = number
+            elif c == ";":
+                h = " ".join("".join(head).split())
+                if _USING.match(h) and all(f.kind == "namespace" for f in frames):
+                    entry = (head_line, number, h + ";")
+                    (frames[-1].usings if frames else file_usings).append(entry)
+                head = []
+                head_line = number
+            else:
+                if not head and c.isspace():
+                    i += 1
+                    continue
+                if not head:
+                    head_line = number
+                head.append(c)
+            i += 1
+        if head:
+            head.append(" ")
+        n += 1
+    if frames:
+        raise StackError(
+            f"{path}: braces do not balance (block opened at line {frames[-1].line}); "
+            "cannot scan this file"
+        )
+    frames_at.append(())  # "line len+1": after the end of the file
+    conds_at.append(tuple(conds))
+    return Scan(lines, frames_at, conds_at, directive_lines, file_usings)
+
+
+def _runs(numbers: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for k in sorted(numbers):
+        if runs and runs[-1][1] == k - 1:
+            runs[-1] = (runs[-1][0], k)
+        else:
+            runs.append((k, k))
+    return runs
+
+
+def _is_code(text: str) -> bool:
+    stripped = text.strip()
+    return bool(stripped) and not stripped.startswith(("//", "/*", "*"))
+
+
+def _top(frames: tuple["Frame", ...]) -> bool:
+    return all(f.kind == "namespace" for f in frames)
+
+
+def added_lines_tu(text: str, added: list[int], path: str) -> str:
+    """A translation unit holding the lines `added` to upstream file `path` (see module doc).
+
+    Returns "" when the added lines hold no code (comments, blank lines).
+    """
+    s = scan(text, path)
+    last_line = len(s.lines)
+    added = [k for k in added if 1 <= k <= last_line]
+    if not any(_is_code(s.lines[k - 1]) for k in added):
+        return ""
+
+    def balanced(a: int, b: int) -> bool:
+        return s.frames_at[a] == s.frames_at[b + 1]
+
+    def slide(a: int, b: int) -> tuple[int, int] | None:
+        # git may place an added block a few lines off ("+}\n+\n+f() {\n+...\n }" for
+        # "}\n+\n+f() {\n+...\n+}"): shifting a run over equal lines is the same change.
+        if balanced(a, b):
+            return a, b
+        x, y = a, b
+        while y < last_line and s.lines[x - 1] == s.lines[y]:
+            x, y = x + 1, y + 1
+            if balanced(x, y):
+                return x, y
+        x, y = a, b
+        while x > 1 and s.lines[y - 1] == s.lines[x - 2]:
+            x, y = x - 1, y - 1
+            if balanced(x, y):
+                return x, y
+        return None
+
+    runs: dict[int, int] = {}
+    for a, b in _runs(added):
+        found = slide(a, b)
+        if found is None:
+            raise StackError(
+                f"{path}:{a}-{b}: the added lines do not form whole blocks; cannot be overlaid"
+            )
+        a, b = found
+        inner = [f for f in s.frames_at[a] if f.kind == "other"]
+        if inner:
+            raise StackError(
+                f"{path}:{a}: lines added inside an existing function or class body "
+                f"(opened at line {inner[-1].line}: {inner[-1].header[:60]!r}) cannot be "
+                "overlaid: the wheel keeps the old body. Move the new code into a function "
+                "of its own, or into a new file."
+            )
+        runs[a] = b
+
+    out = [
+        f"// @generated by stacktool.overlay from {path}: only the lines the stack adds to it,",
+        "// in their namespaces and registration blocks (see stacktool/overlay_sources.py).",
+    ]
+
+    def open_frames(frames: tuple[Frame, ...], before: int) -> int:
+        for f in frames:
+            header = f.header
+            if f.kind == "library":
+                header = re.sub(r"\bTORCH_LIBRARY\s*\(", "TORCH_LIBRARY_FRAGMENT(", header)
+                out.append(f'#line {f.line} "{path}"')  # registrations report this line
+            out.append(header + " {")
+            out.extend(u for start, end, u in f.usings if end < before)
+        return len(frames)
+
+    def directive(k: int) -> int:
+        last = s.directive_lines[k]
+        out.append(f'#line {k} "{path}"')
+        out.extend(s.lines[k - 1 : last])
+        return last + 1
+
+    end_of_runs = max(runs.values())
+    k = 1
+    while k <= end_of_runs:
+        if k in s.directive_lines and _top(s.frames_at[k]):
+            k = directive(k)  # file/namespace-scope directives, in file order
+            continue
+        if k not in runs:
+            out.extend(u for start, end, u in s.file_usings if end == k)
+            k += 1
+            continue
+        b = runs[k]
+        inner_conds = [d for d, top in s.conds_at[k] if not top]
+        opened = open_frames(s.frames_at[k], k)
+        out.extend(inner_conds)
+        out.append(f'#line {k} "{path}"')
+        j = k
+        while j <= b:
+            if j in s.directive_lines and _top(s.frames_at[j]):
+                out.append("}" * opened)
+                j = directive(j)
+                opened = open_frames(s.frames_at[j], j)
+                out.append(f'#line {j} "{path}"')
+                continue
+            out.append(s.lines[j - 1])
+            j += 1
+        out.extend("#endif" for _ in inner_conds)
+        out.append("}" * opened)
+        k = b + 1
+    # #if sections still open where the runs end: their #endif lines come later in the file
+    out.extend("#endif" for _, top in s.conds_at[end_of_runs + 1] if top)
+    return "\n".join(out) + "\n"

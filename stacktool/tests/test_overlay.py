@@ -1,0 +1,327 @@
+"""Tests of the overlay build's pure parts (stdlib only, no torch, no compiler; < 1 s)."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from pathlib import Path
+
+from stacktool import overlay, overlay_loader, overlay_sources
+from stacktool.errors import StackError
+
+PRISTINE = textwrap.dedent("""\
+    # comment at the top
+    - func: add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+      variants: function, method
+      dispatch:
+        CPU: add_cpu  # trailing comment
+
+    - func: atleast_3d(Tensor self) -> Tensor
+      variants: function
+    """)
+
+
+class NewOpsTest(unittest.TestCase):
+    def test_no_change_no_ops(self):
+        self.assertEqual(overlay.diff_ops(PRISTINE, PRISTINE), [])
+
+    def test_comments_and_blank_lines_do_not_count(self):
+        patched = PRISTINE.replace("# trailing comment", "# another").replace("\n\n", "\n\n\n")
+        self.assertEqual(overlay.diff_ops(PRISTINE, patched), [])
+
+    def test_new_op_overloads_and_autogen(self):
+        patched = PRISTINE + textwrap.dedent("""\
+
+            - func: attn(Tensor q, Tensor k, Tensor v) -> (Tensor output, Tensor attn)
+              variants: function
+              autogen: attn.out
+
+            - func: attn.scaled(Tensor q, Tensor k, Tensor v, float s) -> Tensor
+            """)
+        self.assertEqual(overlay.diff_ops(PRISTINE, patched), ["attn", "attn.out", "attn.scaled"])
+
+    def test_changed_schema_of_existing_op_is_refused(self):
+        patched = PRISTINE.replace("Scalar alpha=1", "Scalar alpha=2")
+        with self.assertRaisesRegex(StackError, r"schema of the existing operator add\.Tensor.*"
+                                    r"cannot be overlaid"):
+            overlay.diff_ops(PRISTINE, patched)
+
+    def test_changed_dispatch_of_existing_op_is_refused(self):
+        patched = PRISTINE.replace("CPU: add_cpu", "CPU: add_cpu\n    CUDA: add_cuda")
+        with self.assertRaisesRegex(StackError, r"changes the dispatch of the existing operator "
+                                    r"add\.Tensor"):
+            overlay.diff_ops(PRISTINE, patched)
+
+    def test_removed_op_is_refused(self):
+        patched = PRISTINE.split("- func: atleast_3d")[0]
+        with self.assertRaisesRegex(StackError, "removes the existing operator atleast_3d"):
+            overlay.diff_ops(PRISTINE, patched)
+
+    def test_duplicate_op_is_refused(self):
+        patched = PRISTINE + "- func: atleast_3d(Tensor self) -> Tensor\n"
+        with self.assertRaisesRegex(StackError, "atleast_3d is declared twice"):
+            overlay.diff_ops(PRISTINE, patched)
+
+    def test_fields(self):
+        fields = overlay._fields(overlay.yaml_entries(PRISTINE)["add.Tensor"])
+        self.assertEqual(fields["variants"], "function, method")
+        self.assertEqual(fields["dispatch"], "\nCPU: add_cpu")
+
+
+DIFF = textwrap.dedent("""\
+    diff --git a/f.cpp b/f.cpp
+    index 1111111..2222222 100644
+    --- a/f.cpp
+    +++ b/f.cpp
+    @@ -3,0 +4,2 @@ namespace at {
+    +  OP_DECOMPOSE(attn);
+    +  OP_DECOMPOSE(attn2);
+    @@ -10 +12 @@ void f() {
+    -  return 1;
+    +  return 2;
+    """)
+
+SOURCE = textwrap.dedent("""\
+    // a header comment with a { brace
+    #include <ATen/Operators.h>
+    #include <ATen/functorch/BatchRulesHelper.h>
+
+    namespace at::functorch {
+    using at::Tensor;
+    #define OP_DECOMPOSE(op)  m.impl(#op, static_cast<decltype(&ATEN_FN(op))>(native::op));
+
+    static int helper() { return 1; }
+
+    TORCH_LIBRARY_IMPL(aten, FuncTorchBatchedDecomposition, m) {
+      OP_DECOMPOSE(absolute);
+      m.impl("x", "}");
+    #ifdef FOO
+      OP_DECOMPOSE(foo);
+    #endif
+    }
+
+    int existing(int x) {
+      return x + '{';
+    }
+
+    }  // namespace at::functorch
+    """)
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def insert_after(text: str, needle: str, new: str) -> tuple[str, list[int]]:
+    lines = text.splitlines()
+    at = line_of(text, needle)
+    added = new.splitlines()
+    lines[at:at] = added
+    return "\n".join(lines) + "\n", list(range(at + 1, at + 1 + len(added)))
+
+
+class AddedLinesTest(unittest.TestCase):
+    def test_parse_unified_diff(self):
+        added, removed = overlay_sources.parse_unified_diff(DIFF)
+        self.assertEqual(added, [4, 5, 12])
+        self.assertEqual(removed, [(10, "  return 1;")])
+
+    def test_line_in_registration_block(self):
+        text, added = insert_after(SOURCE, "OP_DECOMPOSE(absolute);", "  OP_DECOMPOSE(attn);")
+        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        self.assertIn("#include <ATen/Operators.h>", tu)
+        self.assertIn("#define OP_DECOMPOSE(op)", tu)
+        self.assertIn("using at::Tensor;", tu)
+        self.assertIn("namespace at::functorch {\nusing at::Tensor;", tu)
+        self.assertIn("TORCH_LIBRARY_IMPL(aten, FuncTorchBatchedDecomposition, m) {\n"
+                      f'#line {added[0]} "f.cpp"\n  OP_DECOMPOSE(attn);\n}}', tu)
+        # nothing of the file's own code comes along: no re-registration, no duplicates
+        self.assertNotIn("absolute", tu)
+        self.assertNotIn("helper", tu)
+        self.assertNotIn("existing", tu)
+        self.assertEqual(tu.count("{"), tu.count("}"))
+
+    def test_line_inside_ifdef_in_block_keeps_its_condition(self):
+        text, added = insert_after(SOURCE, "OP_DECOMPOSE(foo);", "  OP_DECOMPOSE(bar);")
+        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        self.assertIn("#ifdef FOO\n", tu)
+        self.assertLess(tu.index("#ifdef FOO"), tu.index("OP_DECOMPOSE(bar)"))
+        self.assertLess(tu.index("OP_DECOMPOSE(bar)"), tu.index("#endif"))
+
+    def test_new_function_at_namespace_scope(self):
+        new = "int attn_helper(int x) {\n  if (x) { return 1; }\n  return 0;\n}"
+        text, added = insert_after(SOURCE, "static int helper()", new)
+        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        self.assertIn("namespace at::functorch {\nusing at::Tensor;\n#line", tu)
+        self.assertIn(new, tu)
+        self.assertNotIn("TORCH_LIBRARY", tu)
+
+    def test_git_may_shift_an_added_function(self):
+        # "}\n+\n+int g() {\n+  return 2;\n+}" written by git as "+}\n+\n+int g() {\n+  return 2;\n }"
+        text, _ = insert_after(SOURCE, "  return x + '{';\n}".splitlines()[0],
+                               "}\n\nint g() {\n  return 2;")
+        start = line_of(text, "return x + '{';") + 1
+        tu = overlay_sources.added_lines_tu(text, list(range(start, start + 4)), "f.cpp")
+        self.assertIn("int g() {\n  return 2;\n}", tu)
+        self.assertEqual(tu.count("{"), tu.count("}"))
+
+    def test_line_inside_existing_function_is_refused(self):
+        text, added = insert_after(SOURCE, "return x + '{';", "  x += 1;")
+        with self.assertRaisesRegex(StackError, rf"f\.cpp:{added[0]}: lines added inside an "
+                                    r"existing function .*int existing\(int x\)"):
+            overlay_sources.added_lines_tu(text, added, "f.cpp")
+
+    def test_torch_library_becomes_fragment(self):
+        text = "#include <torch/library.h>\nTORCH_LIBRARY(myns, m) {\n  m.def(\"a() -> ()\");\n}\n"
+        text, added = insert_after(text, 'm.def("a', '  m.def("b() -> ()");')
+        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        self.assertIn("TORCH_LIBRARY_FRAGMENT(myns, m) {", tu)
+        self.assertNotIn('"a() -> ()"', tu)
+
+    def test_comment_only_additions_make_no_tu(self):
+        text, added = insert_after(SOURCE, "OP_DECOMPOSE(absolute);", "  // just a note")
+        self.assertEqual(overlay_sources.added_lines_tu(text, added, "f.cpp"), "")
+
+    def test_unbalanced_file_is_refused(self):
+        with self.assertRaisesRegex(StackError, "braces do not balance"):
+            overlay_sources.scan("namespace a {\nint f() {\n", "f.cpp")
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout
+
+
+class GitTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.fork = Path(self.tmp.name)
+        git(self.fork, "init", "-q")
+        (self.fork / "a.cpp").write_text(SOURCE)
+        (self.fork / "gone.cpp").write_text("int x;\n")
+        git(self.fork, "add", "-A")
+        git(self.fork, "commit", "-qm", "pristine")
+        git(self.fork, "tag", "attn/0")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_changed_files_include_uncommitted_and_untracked(self):
+        text, _ = insert_after(SOURCE, "OP_DECOMPOSE(absolute);", "  OP_DECOMPOSE(attn);")
+        (self.fork / "a.cpp").write_text(text)
+        (self.fork / "gone.cpp").unlink()
+        (self.fork / "New.cpp").write_text("int y;\n")
+        self.assertEqual(overlay_sources.changed_files(self.fork, "attn/0"),
+                         {"a.cpp": "M", "gone.cpp": "D", "New.cpp": "A"})
+        self.assertEqual(overlay_sources.added_lines(self.fork, "attn/0", "a.cpp"),
+                         [line_of(text, "OP_DECOMPOSE(attn)")])
+
+    def test_changed_upstream_line_is_refused(self):
+        (self.fork / "a.cpp").write_text(SOURCE.replace("x + '{'", "x + 1"))
+        with self.assertRaisesRegex(StackError, r"a\.cpp:\d+ \(in attn/0\): the stack changes "
+                                    "or removes upstream code"):
+            overlay_sources.added_lines(self.fork, "attn/0", "a.cpp")
+
+    def test_new_ops_reads_base_and_working_tree(self):
+        nf = self.fork / overlay.NATIVE_YAML
+        nf.parent.mkdir(parents=True)
+        nf.write_text(PRISTINE)
+        git(self.fork, "add", "-A")
+        git(self.fork, "commit", "-qm", "yaml")
+        git(self.fork, "tag", "-f", "attn/0")
+        nf.write_text(PRISTINE + "- func: attn(Tensor q, Tensor k, Tensor v) -> Tensor\n")
+        self.assertEqual(overlay.new_ops(self.fork), ["attn"])
+
+
+class FilesTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_write_if_changed_never_writes_through_a_hardlink(self):
+        cache = self.root / "cache.h"
+        cache.write_text("wheel")
+        tree = self.root / "tree.h"
+        os.link(cache, tree)
+        self.assertFalse(overlay.write_if_changed(tree, "wheel"))
+        self.assertTrue(overlay.write_if_changed(tree, "patched"))
+        self.assertEqual(cache.read_text(), "wheel")
+        self.assertEqual(tree.read_text(), "patched")
+
+    def test_headers_refresh_and_restore_keep_the_wheel_copy(self):
+        fork, build = self.root / "fork", self.root / "build"
+        include = fork / "torch" / "include" / "ATen"
+        include.mkdir(parents=True)
+        cache = self.root / "Functions.h"
+        cache.write_text("wheel")
+        os.link(cache, include / "Functions.h")
+        headers = overlay.Headers(fork, build)
+        headers.refresh({"ATen/Functions.h": b"new", "ATen/ops/attn.h": b"op"})
+        self.assertEqual((include / "Functions.h").read_text(), "new")
+        self.assertEqual((include / "ops/attn.h").read_text(), "op")
+        self.assertEqual(cache.read_text(), "wheel")
+        again = overlay.Headers(fork, build)  # state survives across builds
+        self.assertEqual(again.wheel_bytes("ATen/Functions.h"), b"wheel")
+        self.assertIsNone(again.wheel_bytes("ATen/ops/attn.h"))
+        again.refresh({})
+        self.assertEqual((include / "Functions.h").read_text(), "wheel")
+        self.assertTrue(os.path.samefile(include / "Functions.h", cache))
+        self.assertFalse((include / "ops/attn.h").exists())
+
+
+class SupportSourcesTest(unittest.TestCase):
+    def test_chosen_by_directory_and_refused_with_registrations(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fork = Path(tmp)
+            for rel in overlay.SUPPORT_SOURCES["aten/src/ATen/functorch/"]:
+                (fork / rel).parent.mkdir(parents=True, exist_ok=True)
+                (fork / rel).write_text("namespace at::functorch { int helper() { return 1; } }\n")
+            self.assertEqual(overlay._support_sources(fork, ["aten/src/ATen/native/Attn.cpp"]), [])
+            added = ["aten/src/ATen/functorch/BatchRulesLinearAlgebra.cpp"]
+            self.assertEqual(len(overlay._support_sources(fork, added)), 2)
+            rel = overlay.SUPPORT_SOURCES["aten/src/ATen/functorch/"][0]
+            (fork / rel).write_text("TORCH_LIBRARY_IMPL(aten, FuncTorchBatched, m) {}\n")
+            with self.assertRaisesRegex(StackError, "now holds registrations"):
+                overlay._support_sources(fork, added)
+
+
+class LoaderTest(unittest.TestCase):
+    def test_install_loader_writes_pth_and_module(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            site, build = Path(tmp, "site"), Path(tmp, "build")
+            overlay.install_loader(site, build)
+            pth = (site / "_stack_overlay.pth").read_text()
+            self.assertEqual(pth, f"import _stack_overlay; _stack_overlay.activate({str(build.resolve())!r})\n")
+            self.assertEqual((site / "_stack_overlay.py").read_text(),
+                             Path(overlay_loader.__file__).read_text())
+
+    def test_activate_is_a_silent_no_op_without_a_built_overlay(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            before = list(sys.meta_path)
+            overlay_loader.activate(tmp)
+            Path(tmp, overlay_loader.MANIFEST).write_text(json.dumps({"core": ""}))
+            overlay_loader.activate(tmp)
+            self.assertEqual(sys.meta_path, before)
+
+    def test_activate_installs_a_finder_that_leaves_other_modules_alone(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            manifest = {"core": "x.so", "bindings": "y.so", "ops": ["attn"], "fork": tmp}
+            Path(tmp, overlay_loader.MANIFEST).write_text(json.dumps(manifest))
+            code = (f"import sys; sys.path.insert(0, {str(Path(overlay_loader.__file__).parent)!r}); "
+                    f"import overlay_loader as l; l.activate({tmp!r}); import json; "
+                    "print(type(sys.meta_path[0]).__name__)")
+            out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
+                                 text=True, check=True).stdout
+            self.assertEqual(out.strip(), "_StackOverlayFinder")
+
+
+if __name__ == "__main__":
+    unittest.main()
