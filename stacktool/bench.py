@@ -22,9 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from stacktool.config import Layout
 
@@ -299,16 +299,21 @@ def time_worker(fork: Path, settings: Settings) -> dict:
         torch._dynamo.reset()  # a static compile per size, as a user with fixed shapes gets
         fns = {**methods, "compile": torch.compile(methods["composite"])}
         q, k, v, _, _ = inputs(torch, size, grad=False)
-        steps = {(FWD, m): (lambda fn=fn: fn(q, k, v)) for m, fn in fns.items()}
+        steps = {(FWD, m): (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for m, fn in fns.items()}
         args = inputs(torch, size, grad=True)
         steps.update({(FWD_BWD, m): train_step(torch, fn, *args) for m, fn in fns.items()})
         steps[FWD_BWD, "floor"] = floor_step(torch, *args)
-        ms = best_times(steps, settings.repeats, settings.block_s)  # one call: one set of conditions
+        ms = best_times(
+            steps, settings.repeats, settings.block_s
+        )  # one call: one set of conditions
         for name in (FWD, FWD_BWD):
             row = {m: t for (p, m), t in ms.items() if p == name}
             rows.append({"size": size, "pass": name, "ms": row})
-            print(f"bench: {fmt_size(size)} {name}: "
-                  + ", ".join(f"{m} {fmt_ms(t)} ms" for m, t in row.items()), file=sys.stderr)
+            print(
+                f"bench: {fmt_size(size)} {name}: "
+                + ", ".join(f"{m} {fmt_ms(t)} ms" for m, t in row.items()),
+                file=sys.stderr,
+            )
     return {
         "torch": torch.__version__,
         "cpu": cpu_model(),
@@ -336,7 +341,11 @@ def memory_worker(fork: Path, method: str) -> dict:
     measured size and no compilation happens inside the measurement.
     """
     torch, methods = load_torch(fork)
-    fn = torch.compile(methods["composite"], dynamic=True) if method == "compile" else methods[method]
+    fn = (
+        torch.compile(methods["composite"], dynamic=True)
+        if method == "compile"
+        else methods[method]
+    )
     train_step(torch, fn, *inputs(torch, MEMORY_WARM_SIZE, grad=True))()
     torch._dynamo.config.error_on_recompile = True  # a compile would be counted as the step's
     step = train_step(torch, fn, *inputs(torch, MEMORY_SIZE, grad=True))
@@ -359,9 +368,18 @@ def plot(timing: dict, png: Path) -> None:
     for method in (*METHODS, "floor"):
         points = [(row["size"][0], row["ms"][method]) for row in rows if row["ms"].get(method)]
         if points:
-            ax.plot(*zip(*points), "--" if method == "floor" else "-o", label=LABELS[method])
-    ax.set(xscale="log", yscale="log", xlabel="n  (d, dv as in bench.md)", ylabel="ms per call",
-           title=f"attn forward+backward, float32, {timing['threads']} threads")
+            ax.plot(
+                *zip(*points, strict=False),
+                "--" if method == "floor" else "-o",
+                label=LABELS[method],
+            )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="n  (d, dv as in bench.md)",
+        ylabel="ms per call",
+        title=f"attn forward+backward, float32, {timing['threads']} threads",
+    )
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.savefig(png, dpi=120, bbox_inches="tight")
@@ -374,7 +392,9 @@ def spawn(layout: Layout, *args: str, env: dict[str, str] | None = None) -> bool
     """Run this module under the venv's Python; its stderr (progress, tracebacks) shows live."""
     path = os.pathsep.join(filter(None, [str(layout.root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, **(env or {}), "PYTHONPATH": path}
-    proc = subprocess.run([str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env)
+    proc = subprocess.run(
+        [str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env
+    )
     return proc.returncode == 0
 
 
@@ -384,7 +404,9 @@ def run(layout: Layout, out_dir: Path, quick: bool) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"
-        if not spawn(layout, "timing", str(layout.fork), str(result), *(["--quick"] if quick else [])):
+        if not spawn(
+            layout, "timing", str(layout.fork), str(result), *(["--quick"] if quick else [])
+        ):
             print("bench: the timing worker failed", file=sys.stderr)
             return 1
         timing = json.loads(result.read_text())

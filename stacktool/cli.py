@@ -73,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("setup", help="materialize pytorch/, the venv and the build")
     p.add_argument("--upstream", metavar="PATH", help="a v2.6.0 tarball or checkout to use")
-    p.add_argument("--move-aside", action="store_true",
-                   help="keep an existing pytorch/ that holds other work as pytorch.old-<time>/")
+    p.add_argument(
+        "--move-aside",
+        action="store_true",
+        help="keep an existing pytorch/ that holds other work as pytorch.old-<time>/",
+    )
     p = commands.add_parser("export", help="write patches/ from the stack commits in pytorch/")
     p.add_argument("--check", action="store_true", help="only compare; exit 1 if they differ")
     commands.add_parser("build", help="overlay-build the new ops of pytorch/'s checkout")

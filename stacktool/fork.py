@@ -42,7 +42,9 @@ def state(fork: Path, patch_dir: Path) -> str:
     dirty = git(fork, "status", "--porcelain", "--untracked-files=normal")
     if dirty.strip():
         return f"{fork} has uncommitted changes:\n{dirty.rstrip()}"
-    if not git(fork, "rev-parse", "--verify", "--quiet", f"refs/heads/{config.BRANCH}", check=False):
+    if not git(
+        fork, "rev-parse", "--verify", "--quiet", f"refs/heads/{config.BRANCH}", check=False
+    ):
         return f"{fork} has no branch '{config.BRANCH}'"
     series = patches.render(fork)
     if series == patches.read(patch_dir):

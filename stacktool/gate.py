@@ -19,6 +19,7 @@ from stacktool.errors import StackError
 from stacktool.git import git
 from stacktool.suites import Result
 
+
 def tool_tests(log) -> Result:
     """The tool's own unit tests (stacktool/tests), run in this process."""
     here = Path(__file__).parent
@@ -59,7 +60,7 @@ def checked_out(fork: Path, commit: str):
 
 
 def run(layout: Layout, log, build) -> int:
-    results = [tool_tests(log)]
+    results = [tool_tests(log), lint.tool(layout, log)]
     found = patches.export(layout.fork, layout.patches, layout.gradient_doc, check=True)
     results.append(Result("patches/ match pytorch/", int(not found), int(bool(found)),
                           note="; ".join(found)))  # fmt: skip

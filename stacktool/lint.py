@@ -113,5 +113,24 @@ def new_cpp_formatted(fork: Path, commit: str, lint_venv: Path) -> list[str]:
                 cwd=fork, capture_output=True, text=True,
             )  # fmt: skip
             if proc.returncode != 0:
-                findings.append(f"CLANGFORMAT {path}: not clang-formatted (clang-format -i {path})\n")
+                findings.append(
+                    f"CLANGFORMAT {path}: not clang-formatted (clang-format -i {path})\n"
+                )
     return findings
+
+
+def tool(layout: Layout, log) -> Result:
+    """The workbench's own code under ruff (check and format), with the root's ruff.toml."""
+    ruff = str(ensure(layout) / "bin" / "ruff")
+    findings = ""
+    for command in (
+        [ruff, "check", "stacktool", "stack"],
+        [ruff, "format", "--check", "stacktool", "stack"],
+    ):
+        proc = subprocess.run(command, cwd=layout.root, capture_output=True, text=True)
+        if proc.returncode != 0:
+            findings += proc.stdout + proc.stderr
+    if findings:
+        print(findings[-6000:])
+    log(f"stacktool lint (ruff): {'findings' if findings else 'no findings'}")
+    return Result("stacktool lint (ruff)", int(not findings), int(bool(findings)))

@@ -76,7 +76,9 @@ SUPPORT_SOURCES = {
                                  "aten/src/ATen/functorch/PlumbingHelper.cpp"),
 }  # fmt: skip
 SUPPORT_LIB = "libstack_overlay_support.a"
-_REGISTRATION = re.compile(r"\b(TORCH_LIBRARY\w*|REGISTER_\w+|C10_REGISTER\w*|DEFINE_DISPATCH)\s*\(")
+_REGISTRATION = re.compile(
+    r"\b(TORCH_LIBRARY\w*|REGISTER_\w+|C10_REGISTER\w*|DEFINE_DISPATCH)\s*\("
+)
 # aten/src/ATen/native/cpu/*.cpp is compiled once per CPU capability (cmake/Codegen.cmake).
 CPU_CAPABILITIES = {
     "DEFAULT": "",
@@ -389,7 +391,7 @@ def _stack_headers(fork: Path, changes: dict[str, str]) -> dict[str, Path]:
             continue
         for root, prefix in HEADER_ROOTS.items():
             if path.startswith(root):
-                found[prefix + path[len(root):]] = fork / path
+                found[prefix + path[len(root) :]] = fork / path
     return found
 
 
@@ -462,7 +464,7 @@ def _is_core_source(path: str) -> bool:
         return False
     parts = set(path.split("/"))
     return not parts & {"cuda", "hip", "mps", "miopen", "cudnn", "mkldnn", "vulkan", "metal",
-                        "xpu", "test", "mps"}  # fmt: skip
+                        "xpu", "test"}  # fmt: skip
 
 
 def _stack_sources(fork: Path, base: str, changes: dict[str, str]
@@ -506,9 +508,15 @@ def _support_sources(fork: Path, origins: list[str]) -> list[Path]:
 # --------------------------------------------------------------------------- ninja
 
 
-def _ninja_file(fork: Path, build_dir: Path, python_include: str, ext_suffix: str,
-                core_sources: list[tuple[Path, str, str]], binding_sources: list[Path],
-                support_sources: list[Path]) -> str:
+def _ninja_file(
+    fork: Path,
+    build_dir: Path,
+    python_include: str,
+    ext_suffix: str,
+    core_sources: list[tuple[Path, str, str]],
+    binding_sources: list[Path],
+    support_sources: list[Path],
+) -> str:
     """build.ninja text. core_sources: (source, object stem, extra flags)."""
     torch_include = fork / "torch" / "include"
     torch_lib = fork / "torch" / "lib"
@@ -682,12 +690,17 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
                              "builds new operators")  # fmt: skip
         core_gen, binding_gen, uses_unpack = _generated_sources(cg, ops)
         src = build_dir / "src"
-        texts = {**core_gen, **{"bindings/" + k: v for k, v in binding_gen.items()},
-                 **{"added/" + k.replace("/", "__"): v for k, v in added_tus.items()}}
+        texts = {
+            **core_gen,
+            **{"bindings/" + k: v for k, v in binding_gen.items()},
+            **{"added/" + k.replace("/", "__"): v for k, v in added_tus.items()},
+        }
         if uses_unpack:
             texts["overlay_unpack.cpp"] = (HERE / "overlay_unpack.cpp").read_text()
         texts["overlay_dispatch_refresh.cpp"] = (HERE / "overlay_dispatch_refresh.cpp").read_text()
-        texts["bindings/overlay_bindings_glue.cpp"] = (HERE / "overlay_bindings_glue.cpp").read_text()
+        texts["bindings/overlay_bindings_glue.cpp"] = (
+            HERE / "overlay_bindings_glue.cpp"
+        ).read_text()
         _sync_dir(src, {k: v.encode() for k, v in texts.items()})
         core_sources: list[tuple[Path, str, str]] = []
         for path in new_files:
@@ -706,9 +719,18 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
         origins = [p.relative_to(fork).as_posix() for p in new_files] + list(added_tus)
         support_sources = _support_sources(fork, origins)
         info = _python_info(python)
-        write_if_changed(build_dir / "build.ninja", _ninja_file(
-            fork, build_dir, info["include"], info["ext_suffix"], core_sources, binding_sources,
-            support_sources))
+        write_if_changed(
+            build_dir / "build.ninja",
+            _ninja_file(
+                fork,
+                build_dir,
+                info["include"],
+                info["ext_suffix"],
+                core_sources,
+                binding_sources,
+                support_sources,
+            ),
+        )
         result = subprocess.run([_ninja(python), "-C", str(build_dir), f"-j{jobs}"],
                                 capture_output=True, text=True)  # fmt: skip
         if result.returncode != 0:
@@ -739,7 +761,7 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
     refreshed += _refresh_python_files(fork, python, build_dir, cg)
     t_refresh = time.monotonic() - t
     print(
-        f"overlay build: {summary}; codegen {'%.1fs' % t_codegen if ran_codegen else 'up to date'}"
+        f"overlay build: {summary}; codegen {f'{t_codegen:.1f}s' if ran_codegen else 'up to date'}"
         f", {compiled} in {t_compile:.1f}s (-j{jobs}), {refreshed} tree file(s) refreshed"
         f" in {t_refresh:.1f}s; total {time.monotonic() - t0:.1f}s",
         flush=True,

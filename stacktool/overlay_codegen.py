@@ -36,12 +36,12 @@ def main() -> None:
     ops = set(args.ops.split(","))
 
     sys.path.insert(0, os.getcwd())  # the fork's torchgen and tools
-    from torchgen import gen as tg
-    from torchgen.model import DispatchKey
-    from torchgen.selective_build.selector import SelectiveBuilder
     from tools.autograd import gen_python_functions, load_derivatives
     from tools.autograd.gen_autograd import gen_autograd
     from tools.autograd.gen_autograd_functions import gen_autograd_functions_python
+    from torchgen import gen as tg
+    from torchgen.model import DispatchKey
+    from torchgen.selective_build.selector import SelectiveBuilder
 
     def keep(f) -> bool:
         return str(f.func.name) in ops
@@ -53,7 +53,9 @@ def main() -> None:
     tg._GLOBAL_PARSE_NATIVE_YAML_CACHE[aten_yaml] = parsed._replace(
         native_functions=[f for f in parsed.native_functions if keep(f)]
     )
-    found = {str(f.func.name) for f in tg._GLOBAL_PARSE_NATIVE_YAML_CACHE[aten_yaml].native_functions}
+    found = {
+        str(f.func.name) for f in tg._GLOBAL_PARSE_NATIVE_YAML_CACHE[aten_yaml].native_functions
+    }
     missing = ops - found
     if missing:
         sys.exit(f"overlay codegen: {sorted(missing)} not found in {aten_yaml}")

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from stacktool.config import Layout
 
-SUMMARY = re.compile(r"^=+ (.*\d+ (?:passed|failed|skipped|error|errors|deselected).*) in [\d.]+s.* =+$")
+SUMMARY = re.compile(
+    r"^=+ (.*\d+ (?:passed|failed|skipped|error|errors|deselected).*) in [\d.]+s.* =+$"
+)
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)\b")
 
 

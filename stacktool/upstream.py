@@ -131,7 +131,9 @@ def extract(source: Path, dest: Path) -> str:
             archive = subprocess.run(
                 ["git", "-C", str(source), "archive", "HEAD"], capture_output=True, check=True
             )
-            subprocess.run(["tar", "-x", "--no-same-owner", "-C", str(dest)], input=archive.stdout, check=True)
+            subprocess.run(
+                ["tar", "-x", "--no-same-owner", "-C", str(dest)], input=archive.stdout, check=True
+            )
             return f"git checkout {source} at {head}"
         shutil.copytree(source, dest, symlinks=True)
         return f"directory {source}"

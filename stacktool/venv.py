@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from stacktool import config
-from stacktool.errors import StackError
 from stacktool.config import Layout
+from stacktool.errors import StackError
 
 PTH = "_stack_fork.pth"
 INSTALLED = "stack-requirements.json"  # in a venv: what was installed, to skip it next time

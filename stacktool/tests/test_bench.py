@@ -6,8 +6,14 @@ from stacktool import bench
 
 
 def timing(rows, has_native=True):
-    return {"torch": "2.6.0", "cpu": "test CPU", "threads": 2, "has_native": has_native,
-            "load": [0.04, 1.96], "rows": rows}
+    return {
+        "torch": "2.6.0",
+        "cpu": "test CPU",
+        "threads": 2,
+        "has_native": has_native,
+        "load": [0.04, 1.96],
+        "rows": rows,
+    }
 
 
 def row(size, native, composite, compile, floor=None, function=1.0):

@@ -20,7 +20,9 @@ class ForkTest(unittest.TestCase):
         (src / "version.txt").write_text("2.6.0a0\n")
         (src / "a.py").write_text("x = 1\n")
         self.tarball = self.dir / "upstream.tar.xz"
-        subprocess.run(["tar", "-cJf", str(self.tarball), "-C", str(src.parent), src.name], check=True)
+        subprocess.run(
+            ["tar", "-cJf", str(self.tarball), "-C", str(src.parent), src.name], check=True
+        )
         self.patch_dir = self.dir / "patches"
         self.patch_dir.mkdir()
         self.fork = self.dir / "pytorch"
@@ -44,7 +46,9 @@ class ForkTest(unittest.TestCase):
     def test_materialize_then_export_is_byte_identical(self):
         self.make_stack()
         exported = patches.read(self.patch_dir)
-        self.assertEqual(sorted(exported), ["0001-lab-Add-the-derivation.patch", "0002-Change-a.patch"])
+        self.assertEqual(
+            sorted(exported), ["0001-lab-Add-the-derivation.patch", "0002-Change-a.patch"]
+        )
         self.assertEqual(self.doc.read_text(), "# d\n")
         again = self.dir / "again"
         fork.materialize(self.tarball, self.patch_dir, again)
@@ -79,7 +83,9 @@ class ForkTest(unittest.TestCase):
         bad = self.patch_dir / "0002-Change-a.patch"
         bad.write_text(bad.read_text().replace("-x = 1", "-x = 7"))
         dest = self.dir / "new"
-        with self.assertRaisesRegex(StackError, "0002-Change-a.patch does not apply.*\n(.*\n)*.*a.py"):
+        with self.assertRaisesRegex(
+            StackError, "0002-Change-a.patch does not apply.*\n(.*\n)*.*a.py"
+        ):
             fork.materialize(self.tarball, self.patch_dir, dest)
         self.assertFalse(dest.exists())
 

@@ -45,14 +45,16 @@ class NewOpsTest(unittest.TestCase):
 
     def test_changed_schema_of_existing_op_is_refused(self):
         patched = PRISTINE.replace("Scalar alpha=1", "Scalar alpha=2")
-        with self.assertRaisesRegex(StackError, r"schema of the existing operator add\.Tensor.*"
-                                    r"cannot be overlaid"):
+        with self.assertRaisesRegex(
+            StackError, r"schema of the existing operator add\.Tensor.*" r"cannot be overlaid"
+        ):
             overlay.diff_ops(PRISTINE, patched)
 
     def test_changed_dispatch_of_existing_op_is_refused(self):
         patched = PRISTINE.replace("CPU: add_cpu", "CPU: add_cpu\n    CUDA: add_cuda")
-        with self.assertRaisesRegex(StackError, r"changes the dispatch of the existing operator "
-                                    r"add\.Tensor"):
+        with self.assertRaisesRegex(
+            StackError, r"changes the dispatch of the existing operator " r"add\.Tensor"
+        ):
             overlay.diff_ops(PRISTINE, patched)
 
     def test_removed_op_is_refused(self):
@@ -136,8 +138,11 @@ class AddedLinesTest(unittest.TestCase):
         self.assertIn("#define OP_DECOMPOSE(op)", tu)
         self.assertIn("using at::Tensor;", tu)
         self.assertIn("namespace at::functorch {\nusing at::Tensor;", tu)
-        self.assertIn("TORCH_LIBRARY_IMPL(aten, FuncTorchBatchedDecomposition, m) {\n"
-                      f'#line {added[0]} "f.cpp"\n  OP_DECOMPOSE(attn);\n}}', tu)
+        self.assertIn(
+            "TORCH_LIBRARY_IMPL(aten, FuncTorchBatchedDecomposition, m) {\n"
+            f'#line {added[0]} "f.cpp"\n  OP_DECOMPOSE(attn);\n}}',
+            tu,
+        )
         # nothing of the file's own code comes along: no re-registration, no duplicates
         self.assertNotIn("absolute", tu)
         self.assertNotIn("helper", tu)
@@ -161,8 +166,9 @@ class AddedLinesTest(unittest.TestCase):
 
     def test_git_may_shift_an_added_function(self):
         # "}\n+\n+int g() {\n+  return 2;\n+}" written by git as "+}\n+\n+int g() {\n+  return 2;\n }"
-        text, _ = insert_after(SOURCE, "  return x + '{';\n}".splitlines()[0],
-                               "}\n\nint g() {\n  return 2;")
+        text, _ = insert_after(
+            SOURCE, "  return x + '{';\n}".splitlines()[0], "}\n\nint g() {\n  return 2;"
+        )
         start = line_of(text, "return x + '{';") + 1
         tu = overlay_sources.added_lines_tu(text, list(range(start, start + 4)), "f.cpp")
         self.assertIn("int g() {\n  return 2;\n}", tu)
@@ -170,12 +176,15 @@ class AddedLinesTest(unittest.TestCase):
 
     def test_line_inside_existing_function_is_refused(self):
         text, added = insert_after(SOURCE, "return x + '{';", "  x += 1;")
-        with self.assertRaisesRegex(StackError, rf"f\.cpp:{added[0]}: lines added inside an "
-                                    r"existing function .*int existing\(int x\)"):
+        with self.assertRaisesRegex(
+            StackError,
+            rf"f\.cpp:{added[0]}: lines added inside an "
+            r"existing function .*int existing\(int x\)",
+        ):
             overlay_sources.added_lines_tu(text, added, "f.cpp")
 
     def test_torch_library_becomes_fragment(self):
-        text = "#include <torch/library.h>\nTORCH_LIBRARY(myns, m) {\n  m.def(\"a() -> ()\");\n}\n"
+        text = '#include <torch/library.h>\nTORCH_LIBRARY(myns, m) {\n  m.def("a() -> ()");\n}\n'
         text, added = insert_after(text, 'm.def("a', '  m.def("b() -> ()");')
         tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
         self.assertIn("TORCH_LIBRARY_FRAGMENT(myns, m) {", tu)
@@ -191,10 +200,16 @@ class AddedLinesTest(unittest.TestCase):
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True, env=env).stdout
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout
 
 
 class GitTest(unittest.TestCase):
@@ -216,15 +231,20 @@ class GitTest(unittest.TestCase):
         (self.fork / "a.cpp").write_text(text)
         (self.fork / "gone.cpp").unlink()
         (self.fork / "New.cpp").write_text("int y;\n")
-        self.assertEqual(overlay_sources.changed_files(self.fork, "attn/0"),
-                         {"a.cpp": "M", "gone.cpp": "D", "New.cpp": "A"})
-        self.assertEqual(overlay_sources.added_lines(self.fork, "attn/0", "a.cpp"),
-                         [line_of(text, "OP_DECOMPOSE(attn)")])
+        self.assertEqual(
+            overlay_sources.changed_files(self.fork, "attn/0"),
+            {"a.cpp": "M", "gone.cpp": "D", "New.cpp": "A"},
+        )
+        self.assertEqual(
+            overlay_sources.added_lines(self.fork, "attn/0", "a.cpp"),
+            [line_of(text, "OP_DECOMPOSE(attn)")],
+        )
 
     def test_changed_upstream_line_is_refused(self):
         (self.fork / "a.cpp").write_text(SOURCE.replace("x + '{'", "x + 1"))
-        with self.assertRaisesRegex(StackError, r"a\.cpp:\d+ \(in attn/0\): the stack changes "
-                                    "or removes upstream code"):
+        with self.assertRaisesRegex(
+            StackError, r"a\.cpp:\d+ \(in attn/0\): the stack changes " "or removes upstream code"
+        ):
             overlay_sources.added_lines(self.fork, "attn/0", "a.cpp")
 
     def test_new_ops_reads_base_and_working_tree(self):
@@ -299,9 +319,12 @@ class LoaderTest(unittest.TestCase):
             site, build = Path(tmp, "site"), Path(tmp, "build")
             overlay.install_loader(site, build)
             pth = (site / "_stack_overlay.pth").read_text()
-            self.assertEqual(pth, f"import _stack_overlay; _stack_overlay.activate({str(build.resolve())!r})\n")
-            self.assertEqual((site / "_stack_overlay.py").read_text(),
-                             Path(overlay_loader.__file__).read_text())
+            self.assertEqual(
+                pth, f"import _stack_overlay; _stack_overlay.activate({str(build.resolve())!r})\n"
+            )
+            self.assertEqual(
+                (site / "_stack_overlay.py").read_text(), Path(overlay_loader.__file__).read_text()
+            )
 
     def test_activate_is_a_silent_no_op_without_a_built_overlay(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -315,11 +338,14 @@ class LoaderTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             manifest = {"core": "x.so", "bindings": "y.so", "ops": ["attn"], "fork": tmp}
             Path(tmp, overlay_loader.MANIFEST).write_text(json.dumps(manifest))
-            code = (f"import sys; sys.path.insert(0, {str(Path(overlay_loader.__file__).parent)!r}); "
-                    f"import overlay_loader as l; l.activate({tmp!r}); import json; "
-                    "print(type(sys.meta_path[0]).__name__)")
-            out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
-                                 text=True, check=True).stdout
+            code = (
+                f"import sys; sys.path.insert(0, {str(Path(overlay_loader.__file__).parent)!r}); "
+                f"import overlay_loader as l; l.activate({tmp!r}); import json; "
+                "print(type(sys.meta_path[0]).__name__)"
+            )
+            out = subprocess.run(
+                [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+            ).stdout
             self.assertEqual(out.strip(), "_StackOverlayFinder")
 
 

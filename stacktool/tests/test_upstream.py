@@ -29,7 +29,9 @@ class DebianMirrorTest(unittest.TestCase):
 
     def test_no_debian_archive_is_an_error(self):
         with self.assertRaisesRegex(StackError, "--upstream"):
-            upstream.debian_mirror(self.sources("x.list", "deb http://other.invalid/ubuntu jammy main\n"))
+            upstream.debian_mirror(
+                self.sources("x.list", "deb http://other.invalid/ubuntu jammy main\n")
+            )
 
 
 class VerifyTest(unittest.TestCase):
@@ -61,7 +63,9 @@ class ExtractTest(unittest.TestCase):
             self.assertIn("tarball v.tar.gz, sha256", upstream.extract(tarball, Path(d) / "b"))
             for tree in ("a", "b"):
                 self.assertEqual((Path(d) / tree / "setup.py").read_text(), "pass\n")
-            self.assertEqual(sorted(p.name for p in Path(d).iterdir()), ["a", "b", "src", "v.tar.gz"])
+            self.assertEqual(
+                sorted(p.name for p in Path(d).iterdir()), ["a", "b", "src", "v.tar.gz"]
+            )
 
 
 if __name__ == "__main__":
