@@ -34,7 +34,8 @@ OPINFO_SUITES = (
     ("functorch/test_ops", "test/functorch/test_ops.py", "attn"),
     ("functorch/test_vmap", "test/functorch/test_vmap.py", "attn"),
     ("functorch/test_aotdispatch", "test/functorch/test_aotdispatch.py", "attn"),
-    ("functorch/test_vmap_registrations", "test/functorch/test_vmap_registrations.py", "attn"),
+    # whole file: at PR 4 attn leaves the decomposition list, and `-k attn` selects nothing
+    ("functorch/test_vmap_registrations", "test/functorch/test_vmap_registrations.py", ""),
     ("test_overrides", "test/test_overrides.py", "attn"),
     ("test_namedtuple_return_api", "test/test_namedtuple_return_api.py", ""),
 )

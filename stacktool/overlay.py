@@ -28,6 +28,7 @@ changed; a no-op rebuild takes about a second, a kernel edit one compile and a l
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -79,6 +80,11 @@ SUPPORT_LIB = "libstack_overlay_support.a"
 _REGISTRATION = re.compile(
     r"\b(TORCH_LIBRARY\w*|REGISTER_\w+|C10_REGISTER\w*|DEFINE_DISPATCH)\s*\("
 )
+# cmake/Codegen.cmake defines HAVE_<capability>_CPU_DEFINITION for all of libtorch_cpu on
+# x86-64 (the wheel's DispatchStubImpl::get_call_ptr takes DEFAULT, AVX512 and AVX2
+# pointers): every TU that uses a DispatchStub must see the same declarations.
+if platform.machine().lower() in ("x86_64", "amd64"):
+    CXXFLAGS += " -DHAVE_AVX512_CPU_DEFINITION -DHAVE_AVX2_CPU_DEFINITION"
 # aten/src/ATen/native/cpu/*.cpp is compiled once per CPU capability (cmake/Codegen.cmake).
 CPU_CAPABILITIES = {
     "DEFAULT": "",
@@ -467,15 +473,28 @@ def _is_core_source(path: str) -> bool:
                         "xpu", "test"}  # fmt: skip
 
 
+GPU_SOURCES = (".cu", ".cuh", ".mm", ".hip")
+
+
+def gpu_sources(changes: dict[str, str]) -> list[str]:
+    """GPU sources the stack adds or edits: not compiled by the (CPU-only) overlay.
+
+    The overlay compiles CPU code against libtorch_cpu; GPU kernels (a CUDA twin of a
+    CPU kernel registered through a DispatchStub, say) are left out, and `build` says
+    so in its summary line. Code that calls such a kernel must not assume it exists:
+    e.g. check `stub.is_device_supported(device_type)` and fall back.
+    """
+    return sorted(p for p, status in changes.items() if p.endswith(GPU_SOURCES) and status != "D")
+
+
 def _stack_sources(fork: Path, base: str, changes: dict[str, str]
                    ) -> tuple[list[Path], dict[str, str]]:  # fmt: skip
     """(new .cpp files of the stack, {upstream path: generated TU text} for edited files)."""
     new_files: list[Path] = []
     added_tus: dict[str, str] = {}
     for path, status in sorted(changes.items()):
-        if path.endswith((".cu", ".cuh", ".mm", ".hip")) and status != "D":
-            raise StackError(f"{path}: GPU sources cannot be overlaid (the overlay compiles "
-                             "CPU code only; the wheel's GPU kernels are fixed)")  # fmt: skip
+        if path.endswith(GPU_SOURCES):
+            continue  # see gpu_sources
         if not _is_core_source(path):
             continue
         if status == "A":
@@ -680,6 +699,7 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
 
     new_files, added_tus = _stack_sources(fork, BASE, changes)
     summary = f"{len(ops)} new op(s)"
+    skipped_gpu = gpu_sources(changes)
     if not ops and not new_files and not added_tus:
         manifest_path.unlink(missing_ok=True)  # the loader is then a no-op
         compiled = "nothing to compile"
@@ -763,7 +783,13 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
     print(
         f"overlay build: {summary}; codegen {f'{t_codegen:.1f}s' if ran_codegen else 'up to date'}"
         f", {compiled} in {t_compile:.1f}s (-j{jobs}), {refreshed} tree file(s) refreshed"
-        f" in {t_refresh:.1f}s; total {time.monotonic() - t0:.1f}s",
+        f" in {t_refresh:.1f}s; total {time.monotonic() - t0:.1f}s"
+        + (
+            f"; {len(skipped_gpu)} GPU source(s) NOT compiled (CPU-only overlay): "
+            f"{', '.join(skipped_gpu)}"
+            if skipped_gpu
+            else ""
+        ),
         flush=True,
     )
 

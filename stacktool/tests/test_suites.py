@@ -11,7 +11,7 @@ class PytestCountsTest(unittest.TestCase):
             "========================= 1 passed, 1 skipped in 0.04s =========================\n"
             "== 3 failed, 10 passed, 2 skipped, 1 xfailed, 1 error, 4 warnings in 9.1s (0:00:09) ==\n"
         )
-        self.assertEqual(pytest_counts(output), (12, 4, 3))
+        self.assertEqual(pytest_counts(output), (11, 4, 4))
 
     def test_no_summary_counts_nothing(self):
         self.assertEqual(pytest_counts("Traceback (most recent call last):\n"), (0, 0, 0))
