@@ -26,7 +26,7 @@ class Result:
 
 
 def pytest_counts(output: str) -> tuple[int, int, int]:
-    """(passed, failed, skipped) summed over every pytest summary line in `output`."""
+    """(passed, failed, skipped + xfailed) summed over every pytest summary line in `output`."""
     passed = failed = skipped = 0
     for line in output.splitlines():
         m = SUMMARY.match(line.strip())
