@@ -37,6 +37,7 @@ from pathlib import Path
 
 from stacktool import overlay_sources
 from stacktool.errors import StackError
+from stacktool.overlay_loader import MANIFEST
 
 BASE = "attn/0"
 HERE = Path(__file__).resolve().parent
@@ -45,7 +46,6 @@ TAGS_YAML = "aten/src/ATen/native/tags.yaml"
 DERIVATIVES_YAML = "tools/autograd/derivatives.yaml"
 CORE_LIB = "libstack_overlay.so"
 BINDINGS = "_stack_overlay_bindings"
-MANIFEST = "overlay.json"
 
 # Inputs of the code generators. The stack may change the yaml files (checked op by op);
 # a change anywhere else here would change the generated code of every op, which an
@@ -123,7 +123,7 @@ def yaml_entries(text: str, key: str = "func", where: str = NATIVE_YAML) -> dict
             current = found[name] = [line]
         elif current is not None and line.startswith((" ", "\t")):
             current.append(line)
-        elif current is not None or not line.startswith("#"):
+        else:
             raise StackError(f"{where}:{number}: expected '- {key}: ...' or an indented "
                              f"field, got {line.strip()[:60]!r}")  # fmt: skip
     return found
@@ -184,7 +184,7 @@ def new_ops(fork: Path, base: str = BASE) -> list[str]:
     StackError, naming the op, if the stack changes an existing op's schema or dispatch.
     """
     pristine = overlay_sources.git(fork, "show", f"{base}:{NATIVE_YAML}")
-    return diff_ops(pristine, (fork / NATIVE_YAML).read_text(), NATIVE_YAML)
+    return diff_ops(pristine, (fork / NATIVE_YAML).read_text())
 
 
 def check_new_ops_overlayable(fork: Path, base: str, ops: list[str]) -> None:
@@ -336,6 +336,7 @@ class Headers:
             self.state = {"replaced": [], "added": []}
 
     def wheel_bytes(self, rel: str) -> bytes | None:
+        """The wheel's copy of header `rel`, None if it has none: only differences overlay."""
         if rel in self.state["added"]:
             return None
         path = self.orig / rel if rel in self.state["replaced"] else self.include / rel
@@ -402,6 +403,7 @@ def _stack_headers(fork: Path, changes: dict[str, str]) -> dict[str, Path]:
 
 
 def _sync_dir(root: Path, files: dict[str, bytes]) -> None:
+    """Make `root` hold exactly `files`: a leftover of an earlier build must not be used."""
     for rel, data in files.items():
         write_if_changed(root / rel, data)
     if root.exists():
@@ -420,8 +422,8 @@ def _has_registrations(text: str) -> bool:
     return "m.impl(" in text or "m.def(" in text
 
 
-def _generated_sources(cg: Path, ops: list[str]) -> tuple[dict[str, str], dict[str, str], bool]:
-    """({name: text} for the core library, {name: text} for the bindings, uses unpack).
+def _generated_sources(cg: Path, ops: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """({name: text} for the core library, {name: text} for the bindings).
 
     A selected-codegen file is compiled when it holds something for the new ops: a
     registration, an autograd Node, a view func. Files that hold only shared helpers
@@ -459,8 +461,7 @@ def _generated_sources(cg: Path, ops: list[str]) -> tuple[dict[str, str], dict[s
     bindings = {name: (autograd / name).read_text() for name in (
         "python_torch_functionsEverything.cpp", "python_functionsEverything.cpp",
         "python_return_types.cpp")}  # fmt: skip
-    uses_unpack = "autograd/VariableTypeEverything.cpp" in core
-    return core, bindings, uses_unpack
+    return core, bindings
 
 
 def _is_core_source(path: str) -> bool:
@@ -560,32 +561,29 @@ def _ninja_file(
         "  description = AR $out",
         "",
     ]
-    support_objs = []
-    for source in support_sources:
-        obj = f"obj/support/{source.stem}.o"
-        support_objs.append(obj)
-        lines += [f"build {obj}: cxx {source}", "  extra ="]
+
+    def compile_each(kind: str, sources: list[tuple[Path, str, str]]) -> str:
+        """A build edge per (source, object stem, extra flags); the objects, space-separated."""
+        objs = []
+        for source, stem, extra in sources:
+            objs.append(f"obj/{kind}/{stem}.o")
+            lines.extend([f"build {objs[-1]}: cxx {source}", f"  extra = {extra}"])
+        return " ".join(objs)
+
     support = ""
-    if support_objs:
-        lines += [f"build {SUPPORT_LIB}: ar {' '.join(support_objs)}"]
+    if support_sources:
+        objs = compile_each("support", [(s, s.stem, "") for s in support_sources])
+        lines += [f"build {SUPPORT_LIB}: ar {objs}"]
         support = f" {SUPPORT_LIB}"
-    core_objs = []
-    for source, stem, extra in core_sources:
-        obj = f"obj/core/{stem}.o"
-        core_objs.append(obj)
-        lines += [f"build {obj}: cxx {source}", f"  extra = {extra}"]
+    core_objs = compile_each("core", core_sources)
     lines += [
-        f"build {CORE_LIB}: link {' '.join(core_objs)}{support}",
+        f"build {CORE_LIB}: link {core_objs}{support}",
         f"  ldflags = -L{torch_lib} -ltorch_cpu -lc10 -Wl,--no-undefined "
         f"-Wl,--exclude-libs,{SUPPORT_LIB} -Wl,-rpath,{torch_lib} -Wl,-soname,{CORE_LIB}",
     ]
-    binding_objs = []
-    for source in binding_sources:
-        obj = f"obj/bindings/{source.stem}.o"
-        binding_objs.append(obj)
-        lines += [f"build {obj}: cxx {source}", "  extra ="]
+    binding_objs = compile_each("bindings", [(s, s.stem, "") for s in binding_sources])
     lines += [
-        f"build {BINDINGS}{ext_suffix}: link {' '.join(binding_objs)} | {CORE_LIB}",
+        f"build {BINDINGS}{ext_suffix}: link {binding_objs} | {CORE_LIB}",
         f"  ldflags = -L{torch_lib} -L{build_dir} -l:{CORE_LIB} -ltorch_python -ltorch_cpu "
         f"-lc10 -Wl,-rpath,{torch_lib} -Wl,-rpath,{build_dir}",
         "",
@@ -687,9 +685,10 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
 
     t = time.monotonic()
     headers = Headers(fork, build_dir)
+    stack_headers = _stack_headers(fork, changes)
     overlay_headers: dict[str, bytes] = {}
     if ops:
-        for rel, path in {**_generated_headers(cg), **_stack_headers(fork, changes)}.items():
+        for rel, path in {**_generated_headers(cg), **stack_headers}.items():
             if rel in NEVER_OVERLAID:
                 continue
             data = path.read_bytes()
@@ -708,14 +707,14 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
         if not ops:
             raise StackError("the stack adds C++ but no operator; the overlay build only "
                              "builds new operators")  # fmt: skip
-        core_gen, binding_gen, uses_unpack = _generated_sources(cg, ops)
+        core_gen, binding_gen = _generated_sources(cg, ops)
         src = build_dir / "src"
         texts = {
             **core_gen,
             **{"bindings/" + k: v for k, v in binding_gen.items()},
             **{"added/" + k.replace("/", "__"): v for k, v in added_tus.items()},
         }
-        if uses_unpack:
+        if "autograd/VariableTypeEverything.cpp" in core_gen:  # calls unpack: see the .cpp
             texts["overlay_unpack.cpp"] = (HERE / "overlay_unpack.cpp").read_text()
         texts["overlay_dispatch_refresh.cpp"] = (HERE / "overlay_dispatch_refresh.cpp").read_text()
         texts["bindings/overlay_bindings_glue.cpp"] = (
@@ -773,10 +772,10 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
         summary += f" ({', '.join(ops)})"
 
     t = time.monotonic()
-    wheel_shipped = lambda rel: headers.wheel_bytes(rel) is not None  # noqa: E731
     refreshed = headers.refresh({
         rel: data for rel, data in overlay_headers.items()
-        if wheel_shipped(rel) or rel.startswith("ATen/ops/") or rel in _stack_headers(fork, changes)
+        if headers.wheel_bytes(rel) is not None or rel.startswith("ATen/ops/")
+        or rel in stack_headers
     })  # fmt: skip
     refreshed += _refresh_python_files(fork, python, build_dir, cg)
     t_refresh = time.monotonic() - t
@@ -806,6 +805,5 @@ def install_loader(site_packages: Path, build_dir: Path) -> None:
     """
     site_packages.mkdir(parents=True, exist_ok=True)
     write_if_changed(site_packages / "_stack_overlay.py", (HERE / "overlay_loader.py").read_bytes())
-    build = str(Path(build_dir).resolve())
-    write_if_changed(site_packages / "_stack_overlay.pth",
-                     f"import _stack_overlay; _stack_overlay.activate({build!r})\n")  # fmt: skip
+    hook = f"import _stack_overlay; _stack_overlay.activate({str(build_dir.resolve())!r})\n"
+    write_if_changed(site_packages / "_stack_overlay.pth", hook)

@@ -3,7 +3,8 @@
 Run as a script with the venv's Python and the fork as working directory, so that the
 fork's `torchgen` and `tools` are the ones imported:
 
-    python overlay_codegen.py --ops attn --aten-out A --autograd-out B --empty-deprecated E
+    python overlay_codegen.py --ops attn --aten-out A --aoti-out C --autograd-out B \
+        --empty-deprecated E
 
 Why this way and not `--op-selection-yaml-path`: selective build only trims the
 `m.def`/`m.impl` lines; it still emits wrappers, Operators, TraceType, autograd Functions
@@ -50,13 +51,9 @@ def main() -> None:
     # torchgen.gen.main parses this exact path string, ignoring MPS and XPU (its defaults).
     aten_yaml = "aten/src/ATen/native/native_functions.yaml"
     parsed = tg.parse_native_yaml(aten_yaml, tags, {DispatchKey.MPS, DispatchKey.XPU})
-    tg._GLOBAL_PARSE_NATIVE_YAML_CACHE[aten_yaml] = parsed._replace(
-        native_functions=[f for f in parsed.native_functions if keep(f)]
-    )
-    found = {
-        str(f.func.name) for f in tg._GLOBAL_PARSE_NATIVE_YAML_CACHE[aten_yaml].native_functions
-    }
-    missing = ops - found
+    new_functions = [f for f in parsed.native_functions if keep(f)]
+    tg._GLOBAL_PARSE_NATIVE_YAML_CACHE[aten_yaml] = parsed._replace(native_functions=new_functions)
+    missing = ops - {str(f.func.name) for f in new_functions}
     if missing:
         sys.exit(f"overlay codegen: {sorted(missing)} not found in {aten_yaml}")
 
@@ -66,8 +63,9 @@ def main() -> None:
     autograd_dir = os.path.abspath("tools/autograd")
     derivatives = os.path.join(autograd_dir, "derivatives.yaml")
     infos, used_keys = load_derivatives.load_derivatives(derivatives, autograd_yaml, tags)
+    new_infos = {schema: info for schema, info in infos.items() if str(schema.name) in ops}
     load_derivatives._GLOBAL_LOAD_DERIVATIVE_CACHE[(derivatives, autograd_yaml)] = (
-        {schema: info for schema, info in infos.items() if str(schema.name) in ops},
+        new_infos,
         used_keys,
     )
     full = tg.parse_native_yaml(autograd_yaml, tags)
@@ -86,8 +84,7 @@ def main() -> None:
     out = args.autograd_out
     os.makedirs(out, exist_ok=True)
     templates = os.path.join(autograd_dir, "templates")
-    filtered_infos = load_derivatives._GLOBAL_LOAD_DERIVATIVE_CACHE[(derivatives, autograd_yaml)][0]
-    gen_autograd_functions_python(out, filtered_infos, templates)
+    gen_autograd_functions_python(out, new_infos, templates)
     gen_python_functions.gen(out, autograd_yaml, tags, args.empty_deprecated, templates)
     gen_autograd(autograd_yaml, tags, out, autograd_dir, SelectiveBuilder.get_nop_selector())
 

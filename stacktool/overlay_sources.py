@@ -30,6 +30,7 @@ compile error in the generated TU, which `#line` maps back to the real file):
 
 import re
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,12 +106,16 @@ def added_lines(fork: Path, base: str, path: str) -> list[int]:
 
 @dataclass(eq=False)
 class Frame:
-    """An open brace block: kind is 'namespace', 'library' or 'other'."""
+    """An open brace block: kind is 'namespace', 'library' or 'other'.
+
+    Compared by identity (eq=False): lines sit in the same blocks only if they are the
+    very same blocks, not blocks with equal headers.
+    """
 
     kind: str
     header: str
     line: int
-    usings: list[tuple[int, int, str]] = field(default_factory=list)
+    usings: list[tuple[int, str]] = field(default_factory=list)  # (last line, declaration)
 
 
 @dataclass
@@ -121,7 +126,12 @@ class Scan:
     frames_at: list[tuple[Frame, ...]]  # frames open at the start of each line
     conds_at: list[tuple[tuple[str, bool], ...]]  # open #if sections: (directives, top-level?)
     directive_lines: dict[int, int]  # first line -> last line of each directive
-    file_usings: list[tuple[int, int, str]]
+    file_usings: list[tuple[int, str]]  # (last line, declaration)
+
+
+def _at_namespace_scope(frames: Iterable[Frame]) -> bool:
+    """Whether only namespaces are open: directives and usings there apply to all below."""
+    return all(f.kind == "namespace" for f in frames)
 
 
 def scan(text: str, path: str) -> Scan:
@@ -135,26 +145,28 @@ def scan(text: str, path: str) -> Scan:
     frames_at: list[tuple[Frame, ...]] = [()]
     conds_at: list[tuple[tuple[str, bool], ...]] = [()]
     directive_lines: dict[int, int] = {}
-    file_usings: list[tuple[int, int, str]] = []
+    file_usings: list[tuple[int, str]] = []
     head: list[str] = []
-    head_line = 1
     in_block_comment = False
+
+    def record_line() -> None:  # what is open at the start of the next line
+        frames_at.append(tuple(frames))
+        conds_at.append(tuple(conds))
+
     n = 0
     while n < len(lines):
         number = n + 1
-        frames_at.append(tuple(frames))
-        conds_at.append(tuple(conds))
+        record_line()
         line = lines[n]
         if not in_block_comment and line.lstrip().startswith("#"):
             last = n
             while lines[last].endswith("\\") and last + 1 < len(lines):
                 last += 1
-                frames_at.append(tuple(frames))
-                conds_at.append(tuple(conds))
+                record_line()
             directive_lines[number] = last + 1
             d = " ".join(lines[n : last + 1])
             word = re.match(r"#\s*(\w*)", d.strip()).group(1)
-            top = all(f.kind == "namespace" for f in frames)
+            top = _at_namespace_scope(frames)
             if word in ("if", "ifdef", "ifndef"):
                 conds.append((d.strip(), top))
             elif word in ("elif", "else") and conds:
@@ -191,8 +203,7 @@ def scan(text: str, path: str) -> Scan:
                 consumed = rest[: end + len(closing)]
                 extra = consumed.count("\n")
                 for _ in range(extra):
-                    frames_at.append(tuple(frames))
-                    conds_at.append(tuple(conds))
+                    record_line()
                 head.append(consumed[i:])
                 n += extra
                 line = lines[n]
@@ -210,33 +221,27 @@ def scan(text: str, path: str) -> Scan:
                 continue
             if c == "{":
                 h = " ".join("".join(head).split())
-                if _NAMESPACE.search(h):
-                    frames.append(Frame("namespace", _NAMESPACE.search(h).group(0).strip(), number))
-                elif _LIBRARY.search(h):
-                    frames.append(Frame("library", _LIBRARY.search(h).group(0).strip(), number))
+                if found := _NAMESPACE.search(h):
+                    frames.append(Frame("namespace", found.group(0).strip(), number))
+                elif found := _LIBRARY.search(h):
+                    frames.append(Frame("library", found.group(0).strip(), number))
                 else:
                     frames.append(Frame("other", h, number))
                 head = []
-                head_line = number
             elif c == "}":
                 if not frames:
                     raise StackError(f"{path}:{number}: unbalanced '}}' (cannot scan this file)")
                 frames.pop()
                 head = []
-                head_line = number
             elif c == ";":
                 h = " ".join("".join(head).split())
-                if _USING.match(h) and all(f.kind == "namespace" for f in frames):
-                    entry = (head_line, number, h + ";")
-                    (frames[-1].usings if frames else file_usings).append(entry)
+                if _USING.match(h) and _at_namespace_scope(frames):
+                    (frames[-1].usings if frames else file_usings).append((number, h + ";"))
                 head = []
-                head_line = number
             else:
                 if not head and c.isspace():
                     i += 1
                     continue
-                if not head:
-                    head_line = number
                 head.append(c)
             i += 1
         if head:
@@ -265,10 +270,6 @@ def _runs(numbers: list[int]) -> list[tuple[int, int]]:
 def _is_code(text: str) -> bool:
     stripped = text.strip()
     return bool(stripped) and not stripped.startswith(("//", "/*", "*"))
-
-
-def _top(frames: tuple["Frame", ...]) -> bool:
-    return all(f.kind == "namespace" for f in frames)
 
 
 def added_lines_tu(text: str, added: list[int], path: str) -> str:
@@ -332,7 +333,7 @@ def added_lines_tu(text: str, added: list[int], path: str) -> str:
                 header = re.sub(r"\bTORCH_LIBRARY\s*\(", "TORCH_LIBRARY_FRAGMENT(", header)
                 out.append(f'#line {f.line} "{path}"')  # registrations report this line
             out.append(header + " {")
-            out.extend(u for start, end, u in f.usings if end < before)
+            out.extend(u for end, u in f.usings if end < before)
         return len(frames)
 
     def directive(k: int) -> int:
@@ -344,11 +345,11 @@ def added_lines_tu(text: str, added: list[int], path: str) -> str:
     end_of_runs = max(runs.values())
     k = 1
     while k <= end_of_runs:
-        if k in s.directive_lines and _top(s.frames_at[k]):
+        if k in s.directive_lines and _at_namespace_scope(s.frames_at[k]):
             k = directive(k)  # file/namespace-scope directives, in file order
             continue
         if k not in runs:
-            out.extend(u for start, end, u in s.file_usings if end == k)
+            out.extend(u for end, u in s.file_usings if end == k)
             k += 1
             continue
         b = runs[k]
@@ -358,7 +359,7 @@ def added_lines_tu(text: str, added: list[int], path: str) -> str:
         out.append(f'#line {k} "{path}"')
         j = k
         while j <= b:
-            if j in s.directive_lines and _top(s.frames_at[j]):
+            if j in s.directive_lines and _at_namespace_scope(s.frames_at[j]):
                 out.append("}" * opened)
                 j = directive(j)
                 opened = open_frames(s.frames_at[j], j)
