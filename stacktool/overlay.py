@@ -268,6 +268,7 @@ def _run_parallel(jobs: list[tuple[list[str], str]], cwd: Path) -> None:
 
 
 def _python_info(python: Path) -> dict:
+    """The venv Python's include dir and EXT_SUFFIX: the bindings must match the interpreter."""
     code = ("import json, sysconfig; print(json.dumps({'include': sysconfig.get_paths()"
             "['include'], 'ext_suffix': sysconfig.get_config_var('EXT_SUFFIX')}))")  # fmt: skip
     return json.loads(_run([str(python), "-c", code], Path("/"), f"{python} -c sysconfig"))

@@ -72,6 +72,7 @@ class _StackOverlayFinder(importlib.abc.MetaPathFinder):
 
 
 def _phase1(C, manifest: dict) -> None:
+    """Load the overlay into the fresh torch._C, before torch/__init__.py reads its functions."""
     import ctypes
 
     try:

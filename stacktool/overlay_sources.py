@@ -258,6 +258,7 @@ def scan(text: str, path: str) -> Scan:
 
 
 def _runs(numbers: list[int]) -> list[tuple[int, int]]:
+    """Line numbers as (first, last) runs of consecutive lines: each run is one block."""
     runs: list[tuple[int, int]] = []
     for k in sorted(numbers):
         if runs and runs[-1][1] == k - 1:
