@@ -172,7 +172,8 @@ def report(timing: dict, memory: dict, settings: Settings) -> str:
         "forward+backward: `torch.autograd.backward((o, a), (go, ga))`. "
         "torch.compile: default inductor, compiled afresh per size (static shapes) and warmed "
         "before timing. floor: q@k.T, a@v, addmm(ga, go, v.T), a.T@go, gx@k, gx.T@q, one "
-        "compiled (at::vec) tanh and one aten.tanh_backward, timed as one sequence."
+        "tanh and one aten.tanh_backward, timed as one sequence, once with eager and once with "
+        "compiled tanh: the faster."
         + ("" if timing["has_native"] else " torch.attn does not exist in this build: n/a."),
         "",
         table(["n, d, dv", "pass", *(LABELS[c] for c in columns)], time_rows),
@@ -270,24 +271,31 @@ def train_step(torch, fn, q, k, v, go, ga):
     return step
 
 
-def floor_step(torch, q, k, v, go, ga):
+FLOOR_TANHS = ("eager", "compiled")
+
+
+def floor_steps(torch, q, k, v, go, ga):
     """The work no implementation can skip: six GEMMs, one tanh pass, one tanh-backward pass.
 
-    The tanh is inductor's (at::vec) because eager at::tanh takes a slow MKL VML path on these
-    CPUs (performance-facts.md); ga + go @ v.T is one addmm.
+    Timed once per tanh in FLOOR_TANHS; the floor is the faster. Eager at::tanh takes a
+    slower MKL VML path on these CPUs (timings in PR 4's description), inductor's compiled
+    tanh pays a call overhead that dominates at small n. ga + go @ v.T is one addmm.
     """
-    vec_tanh = torch.compile(lambda x: torch.tanh(x))
+    tanhs = {"eager": torch.tanh, "compiled": torch.compile(lambda x: torch.tanh(x))}
     q, k, v = q.detach(), k.detach(), v.detach()
 
-    def step():
-        a = vec_tanh(torch.mm(q, k.T))
-        torch.mm(a, v)
-        torch.mm(a.T, go)
-        gx = torch.ops.aten.tanh_backward(torch.addmm(ga, go, v.T), a)
-        torch.mm(gx, k)
-        torch.mm(gx.T, q)
+    def step_with(tanh):
+        def step():
+            a = tanh(torch.mm(q, k.T))
+            torch.mm(a, v)
+            torch.mm(a.T, go)
+            gx = torch.ops.aten.tanh_backward(torch.addmm(ga, go, v.T), a)
+            torch.mm(gx, k)
+            torch.mm(gx.T, q)
 
-    return step
+        return step
+
+    return {f"floor {name}": step_with(tanhs[name]) for name in FLOOR_TANHS}
 
 
 def time_worker(fork: Path, settings: Settings) -> dict:
@@ -302,12 +310,14 @@ def time_worker(fork: Path, settings: Settings) -> dict:
         steps = {(FWD, m): (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for m, fn in fns.items()}
         args = inputs(torch, size, grad=True)
         steps.update({(FWD_BWD, m): train_step(torch, fn, *args) for m, fn in fns.items()})
-        steps[FWD_BWD, "floor"] = floor_step(torch, *args)
+        steps.update({(FWD_BWD, m): s for m, s in floor_steps(torch, *args).items()})
         ms = best_times(
             steps, settings.repeats, settings.block_s
         )  # one call: one set of conditions
         for name in (FWD, FWD_BWD):
-            row = {m: t for (p, m), t in ms.items() if p == name}
+            row = {m: t for (p, m), t in ms.items() if p == name and not m.startswith("floor")}
+            if name == FWD_BWD:
+                row["floor"] = min(ms[FWD_BWD, f"floor {t}"] for t in FLOOR_TANHS)
             rows.append({"size": size, "pass": name, "ms": row})
             print(
                 f"bench: {fmt_size(size)} {name}: "
@@ -390,8 +400,7 @@ def plot(timing: dict, png: Path) -> None:
 
 def spawn(layout: Layout, *args: str, env: dict[str, str] | None = None) -> bool:
     """Run this module under the venv's Python; its stderr (progress, tracebacks) shows live."""
-    path = os.pathsep.join(filter(None, [str(layout.root), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, **(env or {}), "PYTHONPATH": path}
+    env = {**os.environ, **(env or {})}
     proc = subprocess.run(
         [str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env
     )

@@ -3,7 +3,7 @@
 A new fork is always made beside the old one and swapped in only when complete, so a failed
 download, extraction or patch never leaves a half-made tree. An existing fork is replaced
 only when it holds nothing that patches/ lacks: its stack must be exactly what was applied
-when it was made, and its working tree clean.
+when it was made, no commit may live outside that stack, and its working tree must be clean.
 """
 
 import shutil
@@ -46,6 +46,13 @@ def state(fork: Path, patch_dir: Path) -> str:
         fork, "rev-parse", "--verify", "--quiet", f"refs/heads/{config.BRANCH}", check=False
     ):
         return f"{fork} has no branch '{config.BRANCH}'"
+    # other branches, tags, a stash or a detached HEAD may hold commits the stack does not
+    elsewhere = git(fork, "rev-list", "--all", "--not", f"refs/heads/{config.BRANCH}")
+    if elsewhere.strip():
+        return (
+            f"{fork} has commits that are not on branch '{config.BRANCH}' (another branch, "
+            "a tag, a stash or a detached HEAD)"
+        )
     series = patches.render(fork)
     if series == patches.read(patch_dir):
         return "current"

@@ -3,8 +3,7 @@
 It runs the tool's own tests, checks that patches/ is what pytorch/ holds and that it applies
 to pristine upstream, then checks out each PR level's commit, lints the files it touches and
 runs that level's tests with upstream's own runners inside pytorch/, proving first which torch
-they import. It ends with
-a plain `N passed, M failed` line and exits non-zero on any failure.
+they import. It ends with a plain `N passed, M failed` line and exits non-zero on any failure.
 """
 
 import sys
@@ -13,7 +12,7 @@ import unittest
 from contextlib import contextmanager
 from pathlib import Path
 
-from stacktool import levels, lint, patches, venv
+from stacktool import fork, levels, lint, patches, venv
 from stacktool.config import BASE_REF, BRANCH, Layout
 from stacktool.errors import StackError
 from stacktool.git import git
@@ -41,7 +40,7 @@ def applies_to_pristine(layout: Layout) -> Result:
         git(layout.fork, "worktree", "add", "--quiet", "--detach", str(tree), BASE_REF)
         try:
             for patch in series:
-                git(tree, "am", "--quiet", "--keep-non-patch", str(patch))
+                fork.apply(tree, patch)
         except StackError as e:
             return Result(name, failed=1, note=str(e).splitlines()[-1])
         finally:
@@ -50,13 +49,13 @@ def applies_to_pristine(layout: Layout) -> Result:
 
 
 @contextmanager
-def checked_out(fork: Path, commit: str):
+def checked_out(repo: Path, commit: str):
     """Check out `commit` (detached) in the fork for a level's tests; restore the branch after."""
-    git(fork, "checkout", "--quiet", "--detach", commit)
+    git(repo, "checkout", "--quiet", "--detach", commit)
     try:
         yield
     finally:
-        git(fork, "checkout", "--quiet", BRANCH)
+        git(repo, "checkout", "--quiet", BRANCH)
 
 
 def run(layout: Layout, log, build) -> int:

@@ -1,5 +1,6 @@
 """What each PR level is tested with, at its own commit (the gate checks the commit out)."""
 
+from stacktool import bench
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
 from stacktool.suites import Result, run_suite
@@ -66,8 +67,6 @@ def level_4(layout: Layout, log):
 
 def bench_smoke(layout: Layout, log):
     """`./stack bench --quick`: the benchmark runs (its numbers are not judged here)."""
-    from stacktool import bench
-
     ok = bench.run(layout, layout.build / "bench-smoke", quick=True) == 0
     log(f"bench smoke run: {'ran' if ok else 'crashed'}")
     return Result("./stack bench --quick runs", int(ok), int(not ok))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from stacktool import config
 from stacktool.errors import StackError
+from stacktool.git import git
 
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
@@ -122,7 +123,7 @@ def extract(source: Path, dest: Path) -> str:
     if source.is_dir():
         check_version(source)
         if (source / ".git").exists():
-            head = _git_output(source, "rev-parse", "HEAD")
+            head = git(source, "rev-parse", "HEAD").strip()
             if head != config.TORCH_GIT_VERSION:
                 raise StackError(
                     f"{source} is at commit {head}, not v2.6.0 ({config.TORCH_GIT_VERSION})"
@@ -153,12 +154,13 @@ def extract(source: Path, dest: Path) -> str:
     check_version(top)
     top.rename(dest)
     shutil.rmtree(staging, ignore_errors=True)
-    if source.name == config.UPSTREAM_TARBALL:
+    digest = sha256_of(source)
+    if digest == config.UPSTREAM_SHA256:
         return (
             f"Debian source package {config.DEBIAN_PACKAGE} {config.DEBIAN_VERSION}, "
-            f"{config.UPSTREAM_TARBALL}, sha256 {config.UPSTREAM_SHA256}"
+            f"{config.UPSTREAM_TARBALL}, sha256 {digest}"
         )
-    return f"tarball {source.name}, sha256 {sha256_of(source)}"
+    return f"tarball {source.name}, sha256 {digest}"
 
 
 def check_version(tree: Path) -> None:
@@ -166,9 +168,3 @@ def check_version(tree: Path) -> None:
     version = version_file.read_text().strip() if version_file.exists() else "(no version.txt)"
     if not version.startswith(config.UPSTREAM_VERSION):
         raise StackError(f"{tree} is PyTorch {version}, not v{config.UPSTREAM_VERSION}")
-
-
-def _git_output(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-    ).stdout.strip()

@@ -123,7 +123,6 @@ class BestTimesTest(unittest.TestCase):
         found = bench.best_times(steps, repeats=2, block_s=0.0)  # one call per block
         self.assertEqual(calls, ["a"] * 3 + ["b"] * 3 + ["a", "b", "a", "b"])
         self.assertEqual(sorted(found), ["a", "b"])
-        self.assertTrue(all(ms >= 0 for ms in found.values()))
 
 
 if __name__ == "__main__":

@@ -136,7 +136,6 @@ class AddedLinesTest(unittest.TestCase):
         tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
         self.assertIn("#include <ATen/Operators.h>", tu)
         self.assertIn("#define OP_DECOMPOSE(op)", tu)
-        self.assertIn("using at::Tensor;", tu)
         self.assertIn("namespace at::functorch {\nusing at::Tensor;", tu)
         self.assertIn(
             "TORCH_LIBRARY_IMPL(aten, FuncTorchBatchedDecomposition, m) {\n"
@@ -340,7 +339,7 @@ class LoaderTest(unittest.TestCase):
             Path(tmp, overlay_loader.MANIFEST).write_text(json.dumps(manifest))
             code = (
                 f"import sys; sys.path.insert(0, {str(Path(overlay_loader.__file__).parent)!r}); "
-                f"import overlay_loader as l; l.activate({tmp!r}); import json; "
+                f"import overlay_loader as l; l.activate({tmp!r}); import fractions; "
                 "print(type(sys.meta_path[0]).__name__)"
             )
             out = subprocess.run(
