@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from stacktool import bench, config, fork, gate, lint, overlay, patches, upstream, venv, wheel
+from stacktool import bench, config, fork, gate, lint, lock, overlay, patches, upstream, venv, wheel
 from stacktool.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,19 +90,25 @@ def main(argv: list[str] | None = None) -> int:
     layout = config.Layout(ROOT)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
-        if args.command == "setup":
-            setup(layout, args.upstream, args.move_aside)
-            return 0
-        if args.command == "build":
-            build(layout)
-            return 0
-        if args.command == "export":
-            return export(layout, args.check)
-        if args.command == "lint":
-            return gate.lint_all(layout, log)
-        if args.command == "bench":
-            return bench.run(layout, args.out.resolve(), args.quick)
-        return gate.run(layout, log, build)
+        with lock.held(layout.lock, args.command, log):
+            return run(args, layout)
     except StackError as e:
         print(f"stack {args.command}: error: {e}", file=sys.stderr)
         return 1
+
+
+def run(args: argparse.Namespace, layout: config.Layout) -> int:
+    """Run one command (under the lock)."""
+    if args.command == "setup":
+        setup(layout, args.upstream, args.move_aside)
+        return 0
+    if args.command == "build":
+        build(layout)
+        return 0
+    if args.command == "export":
+        return export(layout, args.check)
+    if args.command == "lint":
+        return gate.lint_all(layout, log)
+    if args.command == "bench":
+        return bench.run(layout, args.out.resolve(), args.quick)
+    return gate.run(layout, log, build)

@@ -89,6 +89,10 @@ class Layout:
         return self.build / "overlay"
 
     @property
+    def lock(self) -> Path:
+        return self.root / ".stack.lock"
+
+    @property
     def gradient_doc(self) -> Path:
         return self.root / "attn_gradient.md"
 

@@ -8,8 +8,9 @@ way tools/nightly.py does), so `build` only:
    per-operator headers) over the complete patched yaml files: this validates them
    exactly as a full build would, and gives the headers and Python-side files;
 2. runs the same generators again restricted to the new ops (overlay_codegen.py);
-3. compiles only the new ops' generated code, the C++ files the stack adds, and the lines
-   it adds to upstream C++ files (overlay_sources.py), against the wheel's headers and
+3. compiles only the new ops' generated code, the C++ files the stack adds, the lines it
+   adds to upstream C++ files, and the upstream expansions of the macro lists it adds
+   entries to, with those entries alone (overlay_sources.py), against the wheel's headers and
    libraries with the wheel's ABI flags, with ninja, into two libraries:
    `libstack_overlay.so` (kernels, schemas, registrations; links libtorch_cpu) and the
    extension `_stack_overlay_bindings` (the Python functions and Node classes);
@@ -419,8 +420,22 @@ def _sync_dir(root: Path, files: dict[str, bytes]) -> None:
 # --------------------------------------------------------------------------- sources
 
 
+_GPU_REGISTRATION = re.compile(r"(CUDA|HIP|MPS|XPU|MTIA)$")
+
+
 def _has_registrations(text: str) -> bool:
     return "m.impl(" in text or "m.def(" in text
+
+
+def gpu_registrations(cg: Path) -> list[str]:
+    """Generated registration files of the new ops for GPU backends: not compiled.
+
+    They include the GPU runtime's headers (RegisterSparseCUDA.cpp includes
+    c10/cuda/CUDAGuard.h), which a CPU-only overlay has no toolkit for; `build` names them
+    in its summary line, as it does GPU sources.
+    """
+    return sorted(f.name for f in (cg / "new" / "aten").glob("Register*.cpp")
+                  if _GPU_REGISTRATION.search(f.stem) and _has_registrations(f.read_text()))  # fmt: skip
 
 
 def _generated_sources(cg: Path, ops: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -435,6 +450,8 @@ def _generated_sources(cg: Path, ops: list[str]) -> tuple[dict[str, str], dict[s
     for f in sorted(aten.glob("Register*.cpp")):
         if f.stem[-2:-1] == "_" and f.stem[-1].isdigit():
             continue  # shards of *Everything.cpp
+        if f.name in gpu_registrations(cg):
+            continue  # see gpu_registrations
         text = f.read_text()
         if f.name == "RegisterSchema.cpp":
             # libtorch owns the aten library (TORCH_LIBRARY) and defines get_gradients
@@ -465,17 +482,19 @@ def _generated_sources(cg: Path, ops: list[str]) -> tuple[dict[str, str], dict[s
     return core, bindings
 
 
+GPU_DIRS = {"cuda", "hip", "mps", "miopen", "cudnn", "vulkan", "metal", "xpu"}
+
+
 def _is_core_source(path: str) -> bool:
     if not path.endswith(".cpp"):
         return False
     if not path.startswith(("aten/src/ATen/", "torch/csrc/")):
         return False
-    parts = set(path.split("/"))
-    return not parts & {"cuda", "hip", "mps", "miopen", "cudnn", "mkldnn", "vulkan", "metal",
-                        "xpu", "test"}  # fmt: skip
+    return not set(path.split("/")) & (GPU_DIRS | {"mkldnn", "test"})
 
 
 GPU_SOURCES = (".cu", ".cuh", ".mm", ".hip")
+HEADERS = (".h", ".hpp", ".cuh")
 
 
 def gpu_sources(changes: dict[str, str]) -> list[str]:
@@ -489,11 +508,68 @@ def gpu_sources(changes: dict[str, str]) -> list[str]:
     return sorted(p for p, status in changes.items() if p.endswith(GPU_SOURCES) and status != "D")
 
 
-def _stack_sources(fork: Path, base: str, changes: dict[str, str]
-                   ) -> tuple[list[Path], dict[str, str]]:  # fmt: skip
-    """(new .cpp files of the stack, {upstream path: generated TU text} for edited files)."""
+def list_additions(fork: Path, base: str, changes: dict[str, str]
+                   ) -> dict[str, tuple[str, str, list[str]]]:  # fmt: skip
+    """{macro: (header, parameter, added entries)}: the entries the stack adds to macro
+    lists of the upstream headers it changes (`_(attn)` in AT_FORALL_LOWER_PRECISION_FP).
+
+    Upstream files compiled into the wheel expand these lists: laying the header over
+    torch/include changes nothing there, so _stack_sources expands them again with the
+    added entries alone. StackError for other changes to existing macros.
+    """
+    found: dict[str, tuple[str, str, list[str]]] = {}
+    for path, status in sorted(changes.items()):
+        if status != "M" or not path.endswith(HEADERS) or not path.startswith(tuple(HEADER_ROOTS)):
+            continue
+        old = overlay_sources.git(fork, "show", f"{base}:{path}")
+        new = (fork / path).read_text()
+        for name, (param, entries) in overlay_sources.added_list_entries(old, new, path).items():
+            found[name] = (path, param, entries)
+    return found
+
+
+def _list_users(fork: Path, changes: dict[str, str], lists: dict[str, tuple[str, str, list[str]]]
+                ) -> tuple[dict[str, list[str]], list[str]]:  # fmt: skip
+    """({upstream core source: the lists it names}, [GPU sources that expand one]).
+
+    The stack's new files are compiled whole (full lists); tests are not in the wheel.
+    StackError for a use in a header (compiled into many files of the wheel) or in a
+    source the overlay does not compile (c10, mkldnn): the wheel would keep the old list.
+    """
+    core: dict[str, list[str]] = {}
+    gpu: list[str] = []
+    for path in overlay_sources.files_naming(fork, lists, tuple(HEADER_ROOTS)):
+        if changes.get(path) == "A" or "test" in path.split("/"):
+            continue
+        code = "\n".join(overlay_sources.code_lines((fork / path).read_text()))
+        uses = {n: len(re.findall(rf"\b{n}\b", code)) - (path == lists[n][0]) for n in lists}
+        names = sorted(n for n, count in uses.items() if count > 0)
+        if not names:
+            continue  # in comments only, or the list's own #define
+        if path.endswith(HEADERS):
+            raise StackError(f"{path}: uses {', '.join(names)}, to which the stack adds "
+                             "entries; code in a header is compiled into many files of the "
+                             "wheel, which the overlay cannot redo")  # fmt: skip
+        if _is_core_source(path):
+            core[path] = names
+        elif path.endswith(GPU_SOURCES) or set(path.split("/")) & GPU_DIRS:
+            gpu.append(f"{path} (expands {', '.join(names)})")
+        else:
+            raise StackError(f"{path}: expands {', '.join(names)}, to which the stack adds "
+                             "entries, and the overlay does not compile this file")  # fmt: skip
+    return core, gpu
+
+
+def _stack_sources(fork: Path, base: str, changes: dict[str, str],
+                   lists: dict[str, tuple[str, str, list[str]]]
+                   ) -> tuple[list[Path], dict[str, str], list[str]]:  # fmt: skip
+    """(new .cpp files of the stack, {upstream path: generated TU text}, GPU sources left out).
+
+    A generated TU holds the lines the stack adds to an upstream file and, where the file
+    expands a macro list of `lists`, that expansion again with the added entries alone.
+    """
     new_files: list[Path] = []
-    added_tus: dict[str, str] = {}
+    edited: dict[str, list[int]] = {}
     for path, status in sorted(changes.items()):
         if path.endswith(GPU_SOURCES):
             continue  # see gpu_sources
@@ -502,14 +578,22 @@ def _stack_sources(fork: Path, base: str, changes: dict[str, str]
         if status == "A":
             new_files.append(fork / path)
         elif status == "M":
-            lines = overlay_sources.added_lines(fork, base, path)
-            text = overlay_sources.added_lines_tu((fork / path).read_text(), lines, path)
-            if text:
-                added_tus[path] = text
+            edited[path] = overlay_sources.added_lines(fork, base, path)
         elif status == "D":
             raise StackError(f"{path}: the stack deletes an upstream source file; this "
                              "cannot be overlaid")  # fmt: skip
-    return new_files, added_tus
+    users, gpu = _list_users(fork, changes, lists) if lists else ({}, [])
+    added_tus: dict[str, str] = {}
+    for path in sorted(set(edited) | set(users)):
+        text = (fork / path).read_text()
+        added = edited.get(path, [])
+        names = {n: lists[n][1:] for n in users.get(path, [])}
+        expanded, inserts = overlay_sources.list_expansions(text, path, names, skip=added)
+        tu = overlay_sources.added_lines_tu(text, sorted(set(added) | set(expanded)), path,
+                                            inserts)  # fmt: skip
+        if tu:
+            added_tus[path] = tu
+    return new_files, added_tus, gpu
 
 
 def _support_sources(fork: Path, origins: list[str]) -> list[Path]:
@@ -672,6 +756,7 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
                              "cannot do (full from-source build needed)")  # fmt: skip
     ops = new_ops(fork, BASE)
     check_new_ops_overlayable(fork, BASE, ops)
+    lists = list_additions(fork, BASE, changes)
     manifest_path = build_dir / MANIFEST
     try:
         if json.loads(manifest_path.read_text())["ops"] != ops:
@@ -697,9 +782,9 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
                 overlay_headers[rel] = data
     _sync_dir(build_dir / "include", overlay_headers)
 
-    new_files, added_tus = _stack_sources(fork, BASE, changes)
+    new_files, added_tus, gpu_users = _stack_sources(fork, BASE, changes, lists)
     summary = f"{len(ops)} new op(s)"
-    skipped_gpu = gpu_sources(changes)
+    skipped_gpu = gpu_sources(changes) + gpu_users
     if not ops and not new_files and not added_tus:
         manifest_path.unlink(missing_ok=True)  # the loader is then a no-op
         compiled = "nothing to compile"
@@ -709,6 +794,7 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
             raise StackError("the stack adds C++ but no operator; the overlay build only "
                              "builds new operators")  # fmt: skip
         core_gen, binding_gen = _generated_sources(cg, ops)
+        skipped_gpu += gpu_registrations(cg)
         src = build_dir / "src"
         texts = {
             **core_gen,

@@ -8,7 +8,8 @@ So `added_lines_tu` writes a translation unit made of:
 
 - the file's preprocessor directives at file/namespace scope (#include, #define, #if...),
   in file order, so that the added code sees the same headers, macros and conditions;
-- its `using` declarations and namespace aliases, inside the namespaces they belong to;
+- its `using` declarations, typedefs and namespace aliases, inside the namespaces they
+  belong to;
 - each run of added lines, wrapped in the namespaces and the TORCH_LIBRARY_IMPL /
   TORCH_LIBRARY_FRAGMENT block that enclose it in the file (TORCH_LIBRARY becomes
   TORCH_LIBRARY_FRAGMENT: libtorch owns the library), with `#line` so that compiler
@@ -26,10 +27,24 @@ compile error in the generated TU, which `#line` maps back to the real file):
   other file-local definitions (they are not copied: copying would duplicate their
   static initializers); put such code in a new file instead;
 - braces must balance the same way in every #if branch (the scanner reads all branches).
+
+Macro lists. An entry the stack adds to a list in an upstream header (`_(attn)` in
+`#define AT_FORALL_LOWER_PRECISION_FP(_) ...`) changes what every upstream file that
+expands the list registers, and those files are compiled into the wheel.
+`added_list_entries` reads which entries a header's lists gain (and refuses any other
+change to an existing macro); `list_expansions` finds where an upstream file expands such
+a list and gives the lines that expand it again, in its registration block, with only the
+added entries: the block's helper `#define`s it names, then `#pragma push_macro`,
+`#undef NAME`, `#define NAME(_) <added entries>`, the expansion, `#pragma pop_macro`.
+added_lines_tu writes them into the file's translation unit (its `inserts`). An expansion
+outside a registration block, inside a directive, or sharing its lines with other code is
+refused: it cannot be redone without redoing the code around it. A list defined in several
+#if branches, or used in another macro or header, is refused as well.
 """
 
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +53,7 @@ from stacktool.errors import StackError
 
 _LIBRARY = re.compile(r"\bTORCH_LIBRARY(_IMPL|_FRAGMENT)?\s*\(([^()]*)\)\s*$")
 _NAMESPACE = re.compile(r"(?:\binline\s+)?\bnamespace\b[\w:\s]*$|\bextern\s+\"C\"\s*$")
-_USING = re.compile(r"^(using\b|namespace\s+\w+\s*=)")
+_USING = re.compile(r"^(using\b|typedef\b|namespace\s+\w+\s*=)")
 
 
 def git(fork: Path, *args: str) -> str:
@@ -273,11 +288,16 @@ def _is_code(text: str) -> bool:
     return bool(stripped) and not stripped.startswith(("//", "/*", "*"))
 
 
-def added_lines_tu(text: str, added: list[int], path: str) -> str:
+def added_lines_tu(
+    text: str, added: list[int], path: str, inserts: dict[int, list[str]] | None = None
+) -> str:
     """A translation unit holding the lines `added` to upstream file `path` (see module doc).
 
+    `inserts` ({line: generated lines}, from list_expansions) go right before that line of
+    `text`, which must be in `added` or follow one of its runs, inside the same blocks.
     Returns "" when the added lines hold no code (comments, blank lines).
     """
+    pending = dict(inserts or {})
     s = scan(text, path)
     last_line = len(s.lines)
     added = [k for k in added if 1 <= k <= last_line]
@@ -337,6 +357,11 @@ def added_lines_tu(text: str, added: list[int], path: str) -> str:
             out.extend(u for end, u in f.usings if end < before)
         return len(frames)
 
+    def insert(k: int) -> bool:
+        lines = pending.pop(k, None)
+        out.extend(lines or [])
+        return lines is not None
+
     def directive(k: int) -> int:
         last = s.directive_lines[k]
         out.append(f'#line {k} "{path}"')
@@ -366,11 +391,228 @@ def added_lines_tu(text: str, added: list[int], path: str) -> str:
                 opened = open_frames(s.frames_at[j], j)
                 out.append(f'#line {j} "{path}"')
                 continue
+            if insert(j):
+                out.append(f'#line {j} "{path}"')
             out.append(s.lines[j - 1])
             j += 1
+        insert(b + 1)
         out.extend("#endif" for _ in inner_conds)
         out.append("}" * opened)
         k = b + 1
     # #if sections still open where the runs end: their #endif lines come later in the file
     out.extend("#endif" for _, top in s.conds_at[end_of_runs + 1] if top)
+    if pending:
+        raise StackError(f"{path}:{min(pending)}: the lines generated for this line could not "
+                         "be placed in its translation unit (a bug of stacktool)")  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- macro lists
+
+_NOISE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
+_DEFINE = re.compile(r"#\s*define\s+(\w+)(?:\(([^()]*)\))?(.*)", re.S)
+
+
+def code_lines(text: str, keep_literals: bool = False) -> list[str]:
+    """The lines of `text` with comments (and string/char literals, unless `keep_literals`)
+    blanked out, columns and line numbers unchanged: a name in a comment is not a use."""
+
+    def blank(m: re.Match) -> str:
+        if keep_literals and m.group()[0] in "\"'":
+            return m.group()
+        return re.sub(r"[^\n]", " ", m.group())
+
+    return _NOISE.sub(blank, text).split("\n")
+
+
+def macro_definitions(text: str) -> dict[str, list[tuple[str | None, str]]]:
+    """{name: [(parameters or None, body)]} of the `#define`s of `text`, in file order (a
+    macro defined in several #if branches has several), without comments, continuation
+    lines joined and whitespace collapsed, so that re-aligned backslashes compare equal."""
+    found: dict[str, list[tuple[str | None, str]]] = {}
+    lines = code_lines(text, keep_literals=True)
+    n = 0
+    while n < len(lines):
+        start = n
+        while lines[start].lstrip().startswith("#") and lines[n].rstrip().endswith("\\"):
+            if n + 1 == len(lines):
+                break
+            n += 1
+        joined = " ".join(line.rstrip().removesuffix("\\") for line in lines[start : n + 1])
+        n += 1
+        m = _DEFINE.fullmatch(joined.strip())
+        if m:
+            params = None if m.group(2) is None else "".join(m.group(2).split())
+            found.setdefault(m.group(1), []).append((params, " ".join(m.group(3).split())))
+    return found
+
+
+def _list_entries(params: str | None, body: str) -> list[str] | None:
+    """The entries of a macro list `#define NAME(P) P(a) P(b, c) ...` (as "P(a)", "P(b,c)":
+    spaces around parentheses and commas dropped), or None if the macro is not one."""
+    if params is None or not re.fullmatch(r"\w+", params):
+        return None
+    entries: list[str] = []
+    start = re.compile(rf"\s*{params}\s*\(")
+    i = 0
+    while body[i:].strip():
+        m = start.match(body, i)
+        if not m:
+            return None
+        depth, j = 1, m.end()
+        while depth and j < len(body):
+            depth += {"(": 1, ")": -1}.get(body[j], 0)
+            j += 1
+        if depth:
+            return None
+        entries.append(re.sub(r"\s*([(),])\s*", r"\1", body[m.start() : j].strip()))
+        i = j
+    return entries
+
+
+def added_list_entries(old: str, new: str, path: str) -> dict[str, tuple[str, list[str]]]:
+    """{macro: (its parameter, the entries the stack adds)} for the macro lists of header
+    `path` that gain entries from `old` (upstream) to `new` (the stack).
+
+    StackError for any other change to an existing macro (an entry removed or changed, a
+    macro that is not a list changed or removed, a list defined in several #if branches):
+    the wheel's code was compiled with the old definition, which an overlay cannot undo.
+    New macros need nothing: only new code can use them.
+    """
+    before, after = macro_definitions(old), macro_definitions(new)
+    found: dict[str, tuple[str, list[str]]] = {}
+    for name, defs in before.items():
+        now = after.get(name, [])
+        if now == defs:
+            continue
+        where = f"{path}: the stack changes the existing macro {name}"
+        if len(defs) != 1 or len(now) != 1:
+            raise StackError(f"{where}, which is defined {len(defs)} time(s) upstream and "
+                             f"{len(now)} time(s) by the stack; cannot be overlaid")  # fmt: skip
+        (p0, b0), (p1, b1) = defs[0], now[0]
+        e0, e1 = _list_entries(p0, b0), _list_entries(p1, b1)
+        if e0 is None or e1 is None or p0 != p1:
+            raise StackError(f"{where}; only entries added to a list `#define {name}(_) "
+                             "_(a) _(b) ...` can be overlaid (the wheel keeps the code "
+                             "compiled with the old definition)")  # fmt: skip
+        removed, added = Counter(e0) - Counter(e1), Counter(e1) - Counter(e0)
+        if removed:
+            raise StackError(f"{where}: it removes or changes the entries "
+                             f"{', '.join(sorted(removed))}; the wheel keeps the code compiled "
+                             "with them, so only added entries can be overlaid")  # fmt: skip
+        new_entries = []
+        for entry in e1:
+            if added[entry]:
+                added[entry] -= 1
+                new_entries.append(entry)
+        if new_entries:  # a reordered list registers the same kernels
+            found[name] = (p1, new_entries)
+    return found
+
+
+def _matching_paren(code: list[str], number: int, col: int) -> tuple[int, int] | None:
+    """(line, column) of the `)` closing the `(` that starts at or after code[number][col]
+    (1-based line numbers), None if no `(` comes first."""
+    depth = 0
+    for k in range(number, len(code) + 1):
+        line = code[k - 1]
+        for c in range(col if k == number else 0, len(line)):
+            ch = line[c]
+            if depth == 0 and not ch.isspace() and ch != "(":
+                return None
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and ch == ")":
+                return k, c
+    return None
+
+
+def list_expansions(
+    text: str, path: str, lists: dict[str, tuple[str, list[str]]], skip: Iterable[int] = ()
+) -> tuple[list[int], dict[int, list[str]]]:
+    """Where upstream file `path` expands the macro lists `lists` (added_list_entries), and
+    how to expand them again with the added entries only (see the module doc).
+
+    Returns (the lines of the expansions, {line: lines to insert before it}) for
+    added_lines_tu. Lines in `skip` (added by the stack: new code, compiled with the
+    whole list) are left alone. StackError for a use the overlay cannot redo.
+    """
+    if not lists:
+        return [], {}
+    s = scan(text, path)
+    code = code_lines(text)
+    skip = set(skip)
+    in_directive = {k for first, last in s.directive_lines.items() for k in range(first, last + 1)}
+    # #define directives inside blocks (those at namespace scope reach the TU anyway)
+    block_defines = []
+    for first in sorted(s.directive_lines):
+        m = re.match(r"\s*#\s*define\s+(\w+)", code[first - 1])
+        if m and not _at_namespace_scope(s.frames_at[first]):
+            block_defines.append((first, m.group(1)))
+    lines: list[int] = []
+    sites: list[tuple[int, int, str]] = []
+    for name in lists:
+        for number, line in enumerate(code, 1):
+            m = re.search(rf"\b{name}\b", line)
+            if not m or number in skip:
+                continue
+            where = f"{path}:{number}: {name}, to which the stack adds entries,"
+            if number in in_directive:
+                raise StackError(f"{where} is used in a preprocessor directive; the overlay "
+                                 "cannot follow it (a full from-source build is needed)")  # fmt: skip
+            end = _matching_paren(code, number, m.end())
+            if end is None:
+                raise StackError(f"{where} is used without arguments; cannot be overlaid")
+            last, col = end
+            if line[: m.start()].strip() or code[last - 1][col + 1 :].strip() not in ("", ";"):
+                raise StackError(f"{where} is expanded on lines shared with other code; put "
+                                 "the expansion on lines of its own")  # fmt: skip
+            frames = s.frames_at[number]
+            if not frames or frames[-1].kind != "library" or any(f.kind == "other" for f in frames):
+                inside = frames[-1].header[:60] if frames else "file scope"
+                raise StackError(
+                    f"{where} is expanded outside a registration block (in {inside!r}); the "
+                    "overlay can only expand it again, with the added entries alone, directly "
+                    "inside a TORCH_LIBRARY_IMPL / TORCH_LIBRARY_FRAGMENT block"
+                )
+            sites.append((number, last, name))
+    inserts: dict[int, list[str]] = {}
+    for number, last, name in sorted(sites):
+        param, entries = lists[name]
+        # the block's helper macros the expansion names, and the ones those name
+        wanted = set(re.findall(r"\w+", " ".join(code[number - 1 : last])))
+        helpers: dict[int, str] = {}
+        while wanted:
+            ident = wanted.pop()
+            found = [
+                first for first, defined in block_defines if defined == ident and first < number
+            ]
+            if found and found[-1] not in helpers:
+                helpers[found[-1]] = ident
+                body = code[found[-1] - 1 : s.directive_lines[found[-1]]]
+                wanted |= set(re.findall(r"\w+", " ".join(body))) - {ident, name}
+        prelude = inserts.setdefault(number, [])
+        for first, ident in sorted(helpers.items()):
+            prelude += [f"#undef {ident}", f'#line {first} "{path}"']
+            prelude += s.lines[first - 1 : s.directive_lines[first]]
+        prelude += [
+            f"// {name} with only the entries the stack adds to it",
+            f'#pragma push_macro("{name}")',
+            f"#undef {name}",
+            f"#define {name}({param}) {' '.join(entries)}",
+        ]
+        inserts.setdefault(last + 1, []).append(f'#pragma pop_macro("{name}")')
+        lines += range(number, last + 1)
+    return lines, inserts
+
+
+def files_naming(fork: Path, names: Iterable[str], roots: Iterable[str]) -> list[str]:
+    """Tracked files under `roots` of the working tree `fork` that contain one of the words
+    `names` (git grep: comments included, the caller reads the code)."""
+    patterns = [arg for name in names for arg in ("-e", name)]
+    if not patterns:
+        return []
+    result = subprocess.run(["git", "-C", str(fork), "grep", "-l", "-w", "-F", *patterns, "--",
+                             *roots], capture_output=True, text=True)  # fmt: skip
+    if result.returncode not in (0, 1):  # 1: no match
+        raise StackError(f"git grep failed in {fork}:\n{result.stderr.strip()}")
+    return result.stdout.splitlines()

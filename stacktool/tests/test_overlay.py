@@ -1,7 +1,11 @@
-"""Tests of the overlay build's pure parts (stdlib only, no torch, no compiler; < 1 s)."""
+"""Tests of the overlay build's pure parts (stdlib only, no torch; < 1 s).
+
+No compiler, except that one test runs the C preprocessor (c++ -E) where one is installed.
+"""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,6 +167,13 @@ class AddedLinesTest(unittest.TestCase):
         self.assertIn(new, tu)
         self.assertNotIn("TORCH_LIBRARY", tu)
 
+    def test_added_code_sees_the_files_typedefs(self):
+        # a batch rule returning the file's `twoOutputs` (BatchRulesLinearAlgebra.cpp)
+        text, _ = insert_after(SOURCE, "using at::Tensor;", "typedef std::tuple<Tensor, int> two;")
+        text, added = insert_after(text, "static int helper()", "two attn_rule(int x);")
+        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        self.assertLess(tu.index("typedef std::tuple<Tensor, int> two;"), tu.index("two attn_rule"))
+
     def test_git_may_shift_an_added_function(self):
         # "}\n+\n+int g() {\n+  return 2;\n+}" written by git as "+}\n+\n+int g() {\n+  return 2;\n }"
         text, _ = insert_after(
@@ -196,6 +207,136 @@ class AddedLinesTest(unittest.TestCase):
     def test_unbalanced_file_is_refused(self):
         with self.assertRaisesRegex(StackError, "braces do not balance"):
             overlay_sources.scan("namespace a {\nint f() {\n", "f.cpp")
+
+
+LIST_HEADER = textwrap.dedent("""\
+    #pragma once
+    #define KERNEL_CUDA(OP, POLICY) m.impl(#OP, POLICY);
+    // the list: AT_FORALL_LOWER(_) in a comment is not a use
+    #define AT_FORALL_LOWER(_) \\
+      _(mm)                    \\
+      _(conv2d, padding)       \\
+      _(bmm)
+
+    #define AT_FORALL_FP32(_) _(exp)
+    """)
+
+LIST_SOURCE = textwrap.dedent("""\
+    #include "autocast_mode.h"
+
+    namespace at::autocast {
+    namespace {
+    static int helper() { return 1; }
+
+    TORCH_LIBRARY_IMPL(aten, Autocast, m) {
+    #define _KERNEL_CUDA_LOW(...) \\
+      KERNEL_CUDA(__VA_ARGS__, lower)
+
+      AT_FORALL_LOWER(_KERNEL_CUDA_LOW)
+      KERNEL_CUDA(cudnn_convolution, lower)
+    #define _KERNEL_CUDA_FP32(...) KERNEL_CUDA(__VA_ARGS__, fp32)
+      AT_FORALL_FP32(_KERNEL_CUDA_FP32)
+    }
+
+    TORCH_LIBRARY_IMPL(aten, AutocastCPU, m) {
+      KERNEL_CUDA(mm, lower)
+    }
+    } // namespace
+    } // namespace at::autocast
+    """)
+
+
+def with_attn(header: str) -> str:
+    return header.replace(
+        "  _(mm)                    \\\n",
+        "  _(mm)                    \\\n  _(attn)                  \\\n",
+    )
+
+
+class MacroListTest(unittest.TestCase):
+    def test_added_entry_is_found(self):
+        self.assertEqual(
+            overlay_sources.added_list_entries(LIST_HEADER, with_attn(LIST_HEADER), "a.h"),
+            {"AT_FORALL_LOWER": ("_", ["_(attn)"])},
+        )
+
+    def test_realigned_backslashes_and_a_new_last_entry(self):
+        # clang-format re-aligns every backslash for a longer entry; the old last line
+        # gains one: only the new entry counts
+        new = LIST_HEADER.replace("  _(bmm)\n", "  _(bmm) \\\n  _(scaled_dot_product_attention)\n")
+        new = new.replace("                    \\", "                                  \\")
+        self.assertEqual(
+            overlay_sources.added_list_entries(LIST_HEADER, new, "a.h"),
+            {"AT_FORALL_LOWER": ("_", ["_(scaled_dot_product_attention)"])},
+        )
+
+    def test_removed_or_changed_entry_is_refused(self):
+        for new in (LIST_HEADER.replace("  _(bmm)", "  _(attn)"),
+                    LIST_HEADER.replace("_(conv2d, padding)", "_(conv2d)        ")):  # fmt: skip
+            with self.assertRaisesRegex(StackError, r"a\.h: the stack changes the existing "
+                                        r"macro AT_FORALL_LOWER: it removes or changes"):  # fmt: skip
+                overlay_sources.added_list_entries(LIST_HEADER, new, "a.h")
+
+    def test_changed_macro_that_is_not_a_list_is_refused(self):
+        new = LIST_HEADER.replace("m.impl(#OP, POLICY);", "m.impl(#OP, POLICY, 1);")
+        with self.assertRaisesRegex(StackError, "changes the existing macro KERNEL_CUDA; only"):
+            overlay_sources.added_list_entries(LIST_HEADER, new, "a.h")
+
+    def test_expansion_redone_with_the_added_entries_only(self):
+        lists = overlay_sources.added_list_entries(LIST_HEADER, with_attn(LIST_HEADER), "a.h")
+        lines, inserts = overlay_sources.list_expansions(LIST_SOURCE, "f.cpp", lists)
+        self.assertEqual(lines, [line_of(LIST_SOURCE, "AT_FORALL_LOWER(_KERNEL_CUDA_LOW)")])
+        tu = overlay_sources.added_lines_tu(LIST_SOURCE, lines, "f.cpp", inserts)
+        block = tu[tu.index("TORCH_LIBRARY_IMPL(aten, Autocast, m) {") :]
+        helper = "#define _KERNEL_CUDA_LOW(...) \\\n  KERNEL_CUDA(__VA_ARGS__, lower)\n"
+        redefine = "#undef AT_FORALL_LOWER\n#define AT_FORALL_LOWER(_) _(attn)\n"
+        expansion = f'#line {lines[0]} "f.cpp"\n  AT_FORALL_LOWER(_KERNEL_CUDA_LOW)\n'
+        self.assertLess(block.index(helper), block.index(redefine))
+        self.assertLess(block.index(redefine), block.index(expansion))
+        self.assertIn(expansion + '#pragma pop_macro("AT_FORALL_LOWER")\n}', block)
+        # nothing else of the file: no re-registration of cudnn_convolution, fp32, CPU
+        for other in ("cudnn_convolution", "FP32", "AutocastCPU", "helper()"):
+            self.assertNotIn(other, tu)
+        self.assertEqual(tu.count("{"), tu.count("}"))
+
+    @unittest.skipUnless(shutil.which("c++"), "no C++ preprocessor")
+    def test_preprocessed_tu_registers_the_added_entry_only(self):
+        new_header = with_attn(LIST_HEADER)
+        lists = overlay_sources.added_list_entries(LIST_HEADER, new_header, "a.h")
+        # the stack also adds a block of its own that expands the list: the whole list there
+        source, added = insert_after(LIST_SOURCE, "} // namespace at::autocast",
+                                     "TORCH_LIBRARY_IMPL(aten, AutocastXPU, m) {\n"
+                                     "  AT_FORALL_LOWER(KERNEL_NEW)\n}")  # fmt: skip
+        lines, inserts = overlay_sources.list_expansions(source, "f.cpp", lists, skip=added)
+        tu = overlay_sources.added_lines_tu(source, sorted(lines + added), "f.cpp", inserts)
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "autocast_mode.h").write_text(new_header)
+            Path(tmp, "tu.cpp").write_text(tu)
+            out = subprocess.run(["c++", "-E", "-P", "-I", tmp, str(Path(tmp, "tu.cpp"))],
+                                 capture_output=True, text=True, check=True).stdout  # fmt: skip
+        code = " ".join(out.split())
+        self.assertIn('TORCH_LIBRARY_IMPL(aten, Autocast, m) { m.impl("attn", lower); }', code)
+        self.assertIn("TORCH_LIBRARY_IMPL(aten, AutocastXPU, m) { KERNEL_NEW(mm) "
+                      "KERNEL_NEW(attn) KERNEL_NEW(conv2d, padding) KERNEL_NEW(bmm) }", code)  # fmt: skip
+        self.assertEqual(code.count("m.impl("), 1)
+
+    def test_expansion_outside_a_registration_block_is_refused(self):
+        source = LIST_SOURCE.replace("static int helper() { return 1; }",
+                                     "static void helper() {\n  AT_FORALL_LOWER(F)\n}")  # fmt: skip
+        lists = {"AT_FORALL_LOWER": ("_", ["_(attn)"])}
+        with self.assertRaisesRegex(
+            StackError,
+            r"f\.cpp:6: AT_FORALL_LOWER, to which the stack adds entries, is "
+            r"expanded outside a registration block \(in 'static void helper\(\)'\)",
+        ):
+            overlay_sources.list_expansions(source, "f.cpp", lists)
+
+    def test_expansion_in_a_directive_is_refused(self):
+        source = LIST_SOURCE.replace(
+            "static int helper()", "#define ALL AT_FORALL_LOWER(F)\nint h()"
+        )
+        with self.assertRaisesRegex(StackError, r"f\.cpp:5: .* used in a preprocessor directive"):
+            overlay_sources.list_expansions(source, "f.cpp", {"AT_FORALL_LOWER": ("_", ["_(a)"])})
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -245,6 +386,32 @@ class GitTest(unittest.TestCase):
             StackError, r"a\.cpp:\d+ \(in attn/0\): the stack changes " "or removes upstream code"
         ):
             overlay_sources.added_lines(self.fork, "attn/0", "a.cpp")
+
+    def test_header_list_entry_is_expanded_where_upstream_sources_expand_the_list(self):
+        # the .cpp is not changed by the stack: only the header is
+        header, source = "aten/src/ATen/autocast_mode.h", "aten/src/ATen/autocast_mode.cpp"
+        (self.fork / "aten/src/ATen").mkdir(parents=True)
+        (self.fork / header).write_text(LIST_HEADER)
+        (self.fork / source).write_text(LIST_SOURCE)
+        (self.fork / "aten/src/ATen/cuda").mkdir()
+        (self.fork / "aten/src/ATen/cuda/Gpu.cu").write_text("// uses AT_FORALL_LOWER(x)\n")
+        git(self.fork, "add", "-A")
+        git(self.fork, "commit", "-qm", "lists")
+        git(self.fork, "tag", "-f", "attn/0")
+        (self.fork / header).write_text(with_attn(LIST_HEADER))
+        changes = overlay_sources.changed_files(self.fork, "attn/0")
+        lists = overlay.list_additions(self.fork, "attn/0", changes)
+        self.assertEqual(lists, {"AT_FORALL_LOWER": (header, "_", ["_(attn)"])})
+        new_files, tus, gpu = overlay._stack_sources(self.fork, "attn/0", changes, lists)
+        self.assertEqual((new_files, list(tus), gpu), ([], [source], []))  # .cu: a comment
+        self.assertIn("#define AT_FORALL_LOWER(_) _(attn)\n", tus[source])
+        (self.fork / "aten/src/ATen/cuda/Gpu.cu").write_text("AT_FORALL_LOWER(x)\n")
+        gpu = overlay._stack_sources(self.fork, "attn/0", changes, lists)[2]
+        self.assertEqual(gpu, ["aten/src/ATen/cuda/Gpu.cu (expands AT_FORALL_LOWER)"])
+        (self.fork / "aten/src/ATen/Other.h").write_text("#define ALL(_) AT_FORALL_LOWER(_)\n")
+        git(self.fork, "add", "-A")
+        with self.assertRaisesRegex(StackError, r"Other\.h: uses AT_FORALL_LOWER, to which"):
+            overlay._stack_sources(self.fork, "attn/0", changes, lists)
 
     def test_new_ops_reads_base_and_working_tree(self):
         nf = self.fork / overlay.NATIVE_YAML
