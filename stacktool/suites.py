@@ -42,12 +42,24 @@ def pytest_counts(output: str) -> tuple[int, int, int]:
     return passed, failed, skipped
 
 
-def run_suite(layout: Layout, name: str, command: list[str], log) -> Result:
-    """Run an upstream test command in pytorch/ with the venv's Python; count its tests."""
-    started = time.monotonic()
-    # Without CI set: upstream's runners then print their results instead of writing them
-    # to report files, and do not try to download CI's lists of slow and disabled tests.
+def suite_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without CI, with `extra` (e.g. PYTORCH_TEST_WITH_*) set.
+
+    Without CI set, upstream's runners print their results instead of writing them to report
+    files, and do not try to download CI's lists of slow and disabled tests.
+    """
     env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env.update(extra or {})
+    return env
+
+
+def run_suite(layout: Layout, name: str, command: list[str], log, env=None) -> Result:
+    """Run an upstream test command in pytorch/ with the venv's Python; count its tests.
+
+    `env`: variables to set for it (upstream's test configurations are chosen by them).
+    """
+    started = time.monotonic()
+    env = suite_env(env)
     proc = subprocess.run(
         [str(layout.python), *command], cwd=layout.fork, env=env, capture_output=True, text=True
     )

@@ -1,6 +1,15 @@
-import unittest
+"""Tests of how the gate runs upstream's suites and counts their tests (stdlib only, < 1 s)."""
 
-from stacktool.suites import pytest_counts
+import os
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+from stacktool.config import Layout
+from stacktool.levels import SUITES, Suite
+from stacktool.suites import pytest_counts, run_suite, suite_env
 
 
 class PytestCountsTest(unittest.TestCase):
@@ -17,6 +26,77 @@ class PytestCountsTest(unittest.TestCase):
 
     def test_no_summary_counts_nothing(self):
         self.assertEqual(pytest_counts("Traceback (most recent call last):\n"), (0, 0, 0))
+
+
+class SuiteCommandTest(unittest.TestCase):
+    def test_selection_and_deselections(self):
+        suite = Suite(
+            "x", "test/test_x.py", "attn", deselect={"T::test_a": "why", "T::test_b": "why"}
+        )
+        self.assertEqual(
+            suite.command(),
+            ["-m", "pytest", "test/test_x.py", "-k", "attn",
+             "--deselect", "test/test_x.py::T::test_a", "--deselect", "test/test_x.py::T::test_b"],
+        )  # fmt: skip
+
+    def test_whole_file(self):
+        self.assertEqual(Suite("x", "test/test_x.py").command(), ["-m", "pytest", "test/test_x.py"])
+
+
+class SuiteTableTest(unittest.TestCase):
+    """The table's own rules: each choice that is not plain `-k attn` says why, in one line."""
+
+    def test_names_unique_and_levels_known(self):
+        names = [s.name for s in SUITES]
+        self.assertEqual(len(names), len(set(names)))
+        for suite in SUITES:
+            self.assertTrue(suite.levels and set(suite.levels) <= {3, 4}, suite.name)
+
+    def test_every_deselection_and_unusual_selection_has_a_one_line_reason(self):
+        for suite in SUITES:
+            for test, reason in suite.deselect.items():
+                self.assertTrue(reason and "\n" not in reason, f"{suite.name}: {test}")
+            if suite.deselect or suite.env or suite.select != "attn":
+                self.assertTrue(suite.why and "\n" not in suite.why, suite.name)
+
+    def test_dtensor_runs_at_both_levels(self):
+        (dtensor,) = (s for s in SUITES if "dtensor" in s.path)
+        self.assertEqual(dtensor.levels, (3, 4))
+
+
+class RunSuiteTest(unittest.TestCase):
+    """run_suite with a stand-in venv (this Python) and a script for the test command."""
+
+    def run_script(self, script: str, env=None):
+        with tempfile.TemporaryDirectory() as tmp:
+            layout = Layout(Path(tmp))
+            layout.python.parent.mkdir(parents=True)
+            layout.python.symlink_to(sys.executable)
+            layout.fork.mkdir()
+            with mock.patch("builtins.print"):
+                return run_suite(layout, "t", ["-c", script], lambda line: None, env)
+
+    def test_env_is_set_and_ci_unset(self):
+        script = (
+            "import os, sys\n"
+            "ok = os.environ.get('PYTORCH_TEST_WITH_SLOW') == '1' and 'CI' not in os.environ\n"
+            "print('==== 1 passed in 0.1s ====' if ok else '==== 1 failed in 0.1s ====')\n"
+        )
+        with mock.patch.dict(os.environ, {"CI": "1"}):
+            result = self.run_script(script, {"PYTORCH_TEST_WITH_SLOW": "1"})
+            self.assertEqual(os.environ["CI"], "1")  # this process's environment is untouched
+        self.assertEqual((result.passed, result.failed), (1, 0))
+
+    def test_suite_env_leaves_os_environ_alone(self):
+        with mock.patch.dict(os.environ, {"CI": "1"}):
+            env = suite_env({"PYTORCH_TEST_WITH_INDUCTOR": "1"})
+            self.assertNotIn("PYTORCH_TEST_WITH_INDUCTOR", os.environ)
+        self.assertNotIn("CI", env)
+        self.assertEqual(env["PYTORCH_TEST_WITH_INDUCTOR"], "1")
+
+    def test_runner_failing_without_a_test_failing_counts(self):
+        result = self.run_script("print('==== 2 passed in 0.1s ===='); raise SystemExit(3)")
+        self.assertEqual((result.passed, result.failed), (2, 1))
 
 
 if __name__ == "__main__":
