@@ -1,8 +1,14 @@
-"""`./stack COMMAND`: setup, build, export, test, lint, bench (see README.md)."""
+"""`./stack COMMAND`: setup, build, export, test, lint, bench (see README.md).
+
+Ctrl-C and SIGTERM stop every process the command started, then end it with one line on
+stderr (what was interrupted, what state is left, what to run) and exit 128 + the signal.
+"""
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -14,8 +20,49 @@ ROOT = Path(__file__).resolve().parent.parent
 START = time.monotonic()
 
 
+# What an interrupted command leaves, and what to run (each command keeps its state valid).
+AFTER_INTERRUPT = {
+    "setup": "pytorch/ is the previous tree or a complete new one; run ./stack setup to finish",
+    "build": "build/overlay keeps what was compiled; run ./stack build to finish",
+    "export": "patches/ holds the old series or the new one; run ./stack export again",
+    "test": "a level checked out in pytorch/ is back on branch stack; run ./stack test again",
+    "lint": "a level checked out in pytorch/ is back on branch stack; run ./stack lint again",
+    "bench": "results are written only at the end; run ./stack bench again",
+}
+
+
 def log(message: str) -> None:
     print(f"[stack {time.monotonic() - START:6.1f}s] {message}", flush=True)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid`, from /proc: children, their children, and so on."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def interrupted(signum: int, frame) -> None:
+    """Signal handler: SIGTERM every process below this one, then raise KeyboardInterrupt.
+
+    Grandchildren (ninja's compilers, run_test.py's pytest) are stopped too: subprocess.run
+    kills only its own child as the KeyboardInterrupt passes through it. A second signal is
+    ignored, so the unwinding (lock release, branch restore, cleanup) runs to its end.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    raise KeyboardInterrupt(signum)
 
 
 def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) -> None:
@@ -31,8 +78,10 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
     if source is None:
         source = upstream.fetch_tarball(layout.cache)
         log(f"upstream source: {source.name} (sha256 verified)")
-    unpacked = wheel.unpack(wheel.fetch(layout.cache), layout.cache)
-    log(f"wheel: {unpacked.name} (sha256 verified)")
+    unpacked, repaired = wheel.unpack(wheel.fetch(layout.cache), layout.cache)
+    log(f"wheel: {unpacked.name} (sha256 verified; unpacked files checked against its RECORD)")
+    if repaired:
+        log(f"re-extracted from the wheel, missing or damaged: {', '.join(repaired)}")
     if venv.ensure(layout.venv, wheel.requirements(unpacked) + list(config.TEST_REQUIREMENTS)):
         log("venv: requirements installed")
     venv.write_pth(layout)
@@ -89,12 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     layout = config.Layout(ROOT)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # e.g. SIGINT of a background job
+            signal.signal(sig, interrupted)
     try:
         with lock.held(layout.lock, args.command, log):
             return run(args, layout)
     except StackError as e:
         print(f"stack {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:
+        signum = e.args[0] if e.args else signal.SIGINT
+        print(f"stack {args.command}: interrupted by {signal.Signals(signum).name}; child "
+              f"processes stopped; {AFTER_INTERRUPT[args.command]}", file=sys.stderr)  # fmt: skip
+        return 128 + signum
 
 
 def run(args: argparse.Namespace, layout: config.Layout) -> int:

@@ -3,34 +3,46 @@
 A new fork is always made beside the old one and swapped in only when complete, so a failed
 download, extraction or patch never leaves a half-made tree. An existing fork is replaced
 only when it holds nothing that patches/ lacks: its stack must be exactly what was applied
-when it was made, no commit may live outside that stack, and its working tree must be clean.
+when it was made, no commit may live outside that stack, its working tree must be clean, and
+every file in it that git ignores must be one that setup, a build or a test run makes again
+(REMADE, and the wheel's files listed under wheel.LINKED in .git/info/exclude).
 """
 
 import shutil
 import time
 from pathlib import Path
 
-from stacktool import config, patches, upstream
-from stacktool.errors import StackError
+from stacktool import config, patches, upstream, wheel
+from stacktool.errors import StackError, uninterrupted
 from stacktool.git import git
 
 APPLIED = "stack-applied"  # in pytorch/.git: the fingerprint of the series it was made from
 
-# upstream's .gitignore is not in the Debian tarball; these are the ignores the fork needs
-# for what builds and test runs leave behind (wheel.link adds what it links in).
-EXCLUDES = """\
+# What setup (.lintbin), builds (write_if_changed's temporary files) and test runs leave in
+# the fork, all made again on demand; the generated files a build refreshes are among the
+# wheel's linked files.
+REMADE = """\
 __pycache__/
 *.pyc
-*.so
-*.so.*
 .pytest_cache/
 .hypothesis/
+.ruff_cache/
 /.lintbin/
 /test/test-reports/
-/test/.pytest_cache/
+*.stack-tmp
+"""
+
+# Also ignored, but possibly the user's (a stale fork holding such files is not replaced).
+MAYBE_WORK = """\
+*.so
+*.so.*
 /test/*.csv
 *.log
 """
+
+# upstream's .gitignore is not in the Debian tarball; these are the ignores the fork needs
+# for what builds and test runs leave behind (wheel.link adds what it links in).
+EXCLUDES = REMADE + MAYBE_WORK
 
 
 def state(fork: Path, patch_dir: Path) -> str:
@@ -58,12 +70,29 @@ def state(fork: Path, patch_dir: Path) -> str:
         return "current"
     applied_file = fork / ".git" / APPLIED
     if applied_file.exists() and applied_file.read_text().strip() == patches.digest(series):
-        return "stale"
+        kept = ignored_work(fork)
+        if not kept:
+            return "stale"
+        more = f"\n  ... and {len(kept) - 20} more" if len(kept) > 20 else ""
+        return (
+            f"{fork} holds files that git ignores and a new tree would not have:\n  "
+            + "\n  ".join(kept[:20]) + more
+            + f"\nMove them out of {fork} to keep them, or delete them; then run setup again"
+        )  # fmt: skip
     return (
         f"{fork} has commits that patches/ lacks:\n  "
         + "\n  ".join(patches.differences(series, patches.read(patch_dir)))
         + "\nRun ./stack export and commit patches/ to keep them"
     )
+
+
+def ignored_work(fork: Path) -> list[str]:
+    """Files in `fork` that git ignores and that are not made again (REMADE, the wheel's)."""
+    exclude = (fork / ".git" / "info" / "exclude").read_text()
+    remade = REMADE.splitlines() + exclude.partition(wheel.LINKED)[2].splitlines()
+    ignored = git(fork, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
+    made = git(fork, "ls-files", "-z", "--others", "--ignored", *(f"--exclude={p}" for p in remade))
+    return sorted(set(ignored.split("\0")) - set(made.split("\0")) - {""})
 
 
 def materialize(source: Path, patch_dir: Path, dest: Path) -> None:
@@ -104,10 +133,11 @@ def apply(repo: Path, patch: Path) -> None:
 def replace(fork: Path, new: Path, move_aside: bool) -> Path | None:
     """Swap `new` in as the fork; an old fork is moved aside (returned) or deleted if stale."""
     aside = None
-    if fork.exists():
-        aside = fork.with_name(f"{fork.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        fork.rename(aside)
-    new.rename(fork)
+    with uninterrupted():  # Ctrl-C waits: pytorch/ is the old tree or the new one
+        if fork.exists():
+            aside = fork.with_name(f"{fork.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+            fork.rename(aside)
+        new.rename(fork)
     if aside is not None and not move_aside:
         shutil.rmtree(aside)
         return None

@@ -2,6 +2,8 @@
 
 A patch series is rendered with `git format-patch` under a fixed configuration, so the same
 commits give byte-identical files on every machine (materialize then export is a no-op).
+patches/ holds the series and nothing else: export replaces the directory whole, so it refuses
+while anything else is there, and `export --check` names it.
 """
 
 import hashlib
@@ -10,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from stacktool import config
-from stacktool.errors import StackError
+from stacktool.errors import StackError, uninterrupted
 from stacktool.git import git
 
 GRADIENT_DOC = "attn_gradient.md"  # PR 1 adds it at the fork root; the project root mirrors it
@@ -36,6 +38,13 @@ def read(patches: Path) -> dict[str, bytes]:
     if not patches.is_dir():
         return {}
     return {p.name: p.read_bytes() for p in sorted(patches.glob("*.patch"))}
+
+
+def foreign(patches: Path) -> list[str]:
+    """What patches/ holds besides .patch files (export would drop it, so it refuses)."""
+    if not patches.is_dir():
+        return []
+    return sorted(p.name for p in patches.iterdir() if p.suffix != ".patch" or not p.is_file())
 
 
 def digest(series: dict[str, bytes]) -> str:
@@ -71,7 +80,9 @@ def gradient_doc(fork: Path, level: int = 1) -> bytes | None:
 def export(fork: Path, patches: Path, doc: Path, check: bool) -> list[str]:
     """Write (or with `check`, compare) patches/ and the root copy of attn_gradient.md.
 
-    Returns the differences found; with `check` nothing is written.
+    Returns the differences found; with `check` nothing is written. Refuses while patches/
+    holds anything but .patch files. The directory is swapped with SIGINT and SIGTERM held
+    back, so an interrupted export leaves the old series or the new one, never a mix.
     """
     dirty = git(fork, "status", "--porcelain", "--untracked-files=normal")
     if dirty.strip():
@@ -85,18 +96,30 @@ def export(fork: Path, patches: Path, doc: Path, check: bool) -> list[str]:
     have_doc = doc.read_bytes() if doc.exists() else None
     if wanted_doc != have_doc:
         found.append(f"differs: {doc.name} (must equal the file PR 1 adds)")
-    if check or not found:
+    others = foreign(patches)
+    found += [f"not a .patch file: {name}" for name in others]
+    if check:
         return found
-    staging = Path(tempfile.mkdtemp(prefix="patches.", dir=patches.parent))
-    for name, data in series.items():
-        (staging / name).write_bytes(data)
-    shutil.rmtree(patches, ignore_errors=True)
-    staging.rename(patches)
-    if wanted_doc is None:
-        doc.unlink(missing_ok=True)
-    else:
-        doc.write_bytes(wanted_doc)
-    retag(fork)
+    if others:
+        raise StackError(
+            f"{patches} holds more than the stack's patches: {', '.join(others)}\n"
+            "export rewrites the directory whole; move these out of it, then export again"
+        )
+    if found:
+        staging = Path(tempfile.mkdtemp(prefix="patches.", dir=patches.parent))
+        try:
+            for name, data in series.items():
+                (staging / name).write_bytes(data)
+            with uninterrupted():
+                shutil.rmtree(patches, ignore_errors=True)
+                staging.rename(patches)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        if wanted_doc is None:
+            doc.unlink(missing_ok=True)
+        else:
+            doc.write_bytes(wanted_doc)
+    retag(fork)  # also when nothing differs: an interrupted export may have left the tags
     return found
 
 

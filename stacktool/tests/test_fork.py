@@ -6,7 +6,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from stacktool import config, fork, patches
+from stacktool import config, fork, patches, wheel
 from stacktool.errors import StackError
 from stacktool.git import git
 
@@ -109,6 +109,51 @@ class ForkTest(unittest.TestCase):
         patches.export(self.fork, self.patch_dir, self.doc, check=False)
         self.assertEqual(git(self.fork, "tag", "--list", "attn/*").split(), ["attn/0", "attn/1"])
         self.assertEqual(len(patches.read(self.patch_dir)), 1)
+
+    def test_export_keeps_files_that_are_not_patches_and_check_names_them(self):
+        self.make_stack()
+        notes = self.patch_dir / "NOTES.md"
+        notes.write_text("x\n")
+        found = patches.export(self.fork, self.patch_dir, self.doc, check=True)
+        self.assertEqual(found, ["not a .patch file: NOTES.md"])
+        (self.fork / "a.py").write_text("x = 3\n")
+        git(self.fork, "commit", "-q", "--amend", "--no-edit", "a.py")
+        before = patches.read(self.patch_dir)
+        with self.assertRaisesRegex(StackError, "NOTES.md"):
+            patches.export(self.fork, self.patch_dir, self.doc, check=False)
+        self.assertEqual(notes.read_text(), "x\n")
+        self.assertEqual(patches.read(self.patch_dir), before)
+        notes.unlink()
+        self.assertEqual(
+            patches.export(self.fork, self.patch_dir, self.doc, check=False),
+            ["differs: 0002-Change-a.patch"],
+        )
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir() if p.name.startswith("patches")),
+                         ["patches"])  # fmt: skip
+
+    def test_stale_fork_with_ignored_work_is_not_replaced(self):
+        self.make_stack()
+        old = self.dir / "old"
+        fork.materialize(self.tarball, self.patch_dir, old)
+        unpacked = self.dir / "wheel"  # what setup links in and builds and tests leave: remade
+        for name in ["torch/lib/libfake.so", "torch/include/a.h", "torch/version.py"]:
+            (unpacked / name).parent.mkdir(parents=True, exist_ok=True)
+            (unpacked / name).write_text("w\n")
+        self.assertEqual(wheel.link(unpacked, old), 3)
+        for name in ["__pycache__/a.cpython-311.pyc", ".pytest_cache/v", "test/test-reports/r.xml",
+                     ".lintbin/clang-format", "torch/include/added.h"]:  # fmt: skip
+            (old / name).parent.mkdir(parents=True, exist_ok=True)
+            (old / name).write_text("made\n")
+        (self.patch_dir / "0002-Change-a.patch").unlink()
+        self.assertEqual(fork.state(old, self.patch_dir), "stale")
+        (old / "notes.log").write_text("n\n")  # ignored (*.log), but the user's
+        (old / "mine").mkdir()
+        (old / "mine" / "ext.so").write_text("so\n")
+        state = fork.state(old, self.patch_dir)
+        self.assertRegex(state, "files that git ignores.*\n  mine/ext.so\n  notes.log\n")
+        (old / "notes.log").unlink()
+        shutil.rmtree(old / "mine")
+        self.assertEqual(fork.state(old, self.patch_dir), "stale")
 
 
 if __name__ == "__main__":
