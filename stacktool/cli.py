@@ -67,6 +67,7 @@ def interrupted(signum: int, frame) -> None:
 
 def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) -> None:
     """Download (cached, verified), venv, materialize pytorch/; never discards work in it."""
+    source = upstream.check_source(Path(upstream_path)) if upstream_path else None
     state = fork.state(layout.fork, layout.patches)
     if state not in ("absent", "current", "stale") and not move_aside:
         raise StackError(
@@ -74,7 +75,6 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
             "pytorch.old-<time>/ and makes a new one."
         )
     log(f"pytorch/: {state.splitlines()[0]}")
-    source = Path(upstream_path).resolve() if upstream_path else None
     if source is None:
         source = upstream.fetch_tarball(layout.cache)
         log(f"upstream source: {source.name} (sha256 verified)")

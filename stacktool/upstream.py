@@ -9,6 +9,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 from stacktool import config
@@ -115,6 +116,39 @@ def fetch_tarball(cache: Path) -> Path:
     return tarball
 
 
+def check_source(path: Path) -> Path:
+    """An --upstream PATH, checked before setup changes anything: it exists and is v2.6.0.
+
+    A directory is checked as extract checks it; a tarball by the version.txt at its top
+    (reading it decompresses the archive up to that file).
+    """
+    path = path.resolve()
+    if not path.exists():
+        raise StackError(f"--upstream {path}: no such file or directory")
+    if path.is_dir():
+        check_version(path)
+        _check_commit(path)
+        return path
+    try:
+        with tarfile.open(path) as tar:
+            member = next((m for m in tar if re.fullmatch(r"([^/]+/)?version\.txt", m.name)), None)
+            version = tar.extractfile(member).read().decode().strip() if member else None
+    except (tarfile.TarError, OSError) as e:
+        raise StackError(f"--upstream {path}: not a readable tarball ({e})") from e
+    if not (version or "").startswith(config.UPSTREAM_VERSION):
+        raise StackError(f"--upstream {path} is PyTorch {version or '(no version.txt)'}, "
+                         f"not v{config.UPSTREAM_VERSION}")  # fmt: skip
+    return path
+
+
+def _check_commit(tree: Path) -> None:
+    """A git checkout must be at v2.6.0's commit."""
+    if (tree / ".git").exists():
+        head = git(tree, "rev-parse", "HEAD").strip()
+        if head != config.TORCH_GIT_VERSION:
+            raise StackError(f"{tree} is at commit {head}, not v2.6.0 ({config.TORCH_GIT_VERSION})")
+
+
 def extract(source: Path, dest: Path) -> str:
     """Put the upstream tree at `dest` (which must not exist); return a description of it.
 
@@ -122,12 +156,9 @@ def extract(source: Path, dest: Path) -> str:
     """
     if source.is_dir():
         check_version(source)
+        _check_commit(source)
         if (source / ".git").exists():
             head = git(source, "rev-parse", "HEAD").strip()
-            if head != config.TORCH_GIT_VERSION:
-                raise StackError(
-                    f"{source} is at commit {head}, not v2.6.0 ({config.TORCH_GIT_VERSION})"
-                )
             dest.mkdir(parents=True)
             archive = subprocess.run(
                 ["git", "-C", str(source), "archive", "HEAD"], capture_output=True, check=True

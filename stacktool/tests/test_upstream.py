@@ -68,5 +68,44 @@ class ExtractTest(unittest.TestCase):
             )
 
 
+class CheckSourceTest(unittest.TestCase):
+    """--upstream PATH is refused before setup changes anything."""
+
+    def tree(self, d: str, version: str) -> Path:
+        src = Path(d) / "src"
+        src.mkdir()
+        (src / "version.txt").write_text(version)
+        return src
+
+    def tar(self, d: str) -> Path:
+        tarball = Path(d) / "v.tar.xz"
+        __import__("subprocess").run(["tar", "-cJf", str(tarball), "-C", d, "src"], check=True)
+        return tarball
+
+    def test_missing_path(self):
+        with self.assertRaisesRegex(StackError, "/nonexistent: no such file or directory"):
+            upstream.check_source(Path("/nonexistent"))
+
+    def test_tarball_and_directory_of_another_release(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = self.tree(d, "2.5.1\n")
+            for path in (src, self.tar(d)):
+                with self.assertRaisesRegex(StackError, "2.5.1, not v2.6.0"):
+                    upstream.check_source(path)
+
+    def test_v2_6_0_tarball_and_directory(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = self.tree(d, "2.6.0a0\n")
+            for path in (src, self.tar(d)):
+                self.assertEqual(upstream.check_source(path), path.resolve())
+
+    def test_not_a_tarball(self):
+        with tempfile.NamedTemporaryFile(suffix=".tar.xz") as f:
+            f.write(b"not a tarball")
+            f.flush()
+            with self.assertRaisesRegex(StackError, "not a readable tarball"):
+                upstream.check_source(Path(f.name))
+
+
 if __name__ == "__main__":
     unittest.main()
