@@ -848,6 +848,7 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
         t_compile = time.monotonic() - t
         manifest = {
             "fork": str(fork),
+            "commit": overlay_sources.git(fork, "rev-parse", "HEAD").strip(),  # see stale_message
             "ops": ops,
             "core": str(build_dir / CORE_LIB),
             "bindings": str(build_dir / (BINDINGS + info["ext_suffix"])),

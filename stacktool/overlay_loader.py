@@ -71,9 +71,44 @@ class _StackOverlayFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def fork_head(fork: str) -> str | None:
+    """The commit the fork's HEAD names, read from .git without running git; None if unknown."""
+    git_dir = os.path.join(fork, ".git")
+    try:
+        with open(os.path.join(git_dir, "HEAD"), encoding="utf-8") as f:
+            head = f.read().strip()
+        if not head.startswith("ref: "):
+            return head  # detached
+        ref = head[len("ref: ") :]
+        if os.path.exists(os.path.join(git_dir, ref)):
+            with open(os.path.join(git_dir, ref), encoding="utf-8") as f:
+                return f.read().strip()
+        with open(os.path.join(git_dir, "packed-refs"), encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 2 and parts[1] == ref:
+                    return parts[0]
+    except OSError:
+        pass
+    return None
+
+
+def stale_message(manifest: dict) -> str | None:
+    """One line if the fork's HEAD is not the commit the overlay was built from, else None."""
+    built, now = manifest.get("commit"), fork_head(manifest["fork"])
+    if not built or not now or built == now:
+        return None
+    return (f"stack overlay: {manifest['build']} was built from {manifest['fork']} at "
+            f"{built[:12]}, but its HEAD is now {now[:12]}: run ./stack build")  # fmt: skip
+
+
 def _phase1(C, manifest: dict) -> None:
     """Load the overlay into the fresh torch._C, before torch/__init__.py reads its functions."""
     import ctypes
+
+    stale = stale_message(manifest)
+    if stale:  # a plain line, not a warning: `python -W error` must still import torch
+        print(stale, file=sys.stderr)
 
     try:
         core = ctypes.CDLL(manifest["core"], mode=os.RTLD_NOW | os.RTLD_GLOBAL)

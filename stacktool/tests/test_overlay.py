@@ -492,6 +492,31 @@ class LoaderTest(unittest.TestCase):
                 (site / "_stack_overlay.py").read_text(), Path(overlay_loader.__file__).read_text()
             )
 
+    def test_stale_overlay_is_named_with_both_commits(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fork = Path(tmp)
+            subprocess.run(["git", "init", "-q", "-b", "stack", str(fork)], check=True)
+            ident = ["-c", "user.name=t", "-c", "user.email=t@x.invalid"]
+            for n in (1, 2):
+                subprocess.run(["git", "-C", tmp, *ident, "commit", "-q", "--allow-empty",
+                                "-m", str(n)], check=True)  # fmt: skip
+            first, second = (
+                subprocess.run(["git", "-C", tmp, "rev-parse", rev], capture_output=True,
+                               text=True, check=True).stdout.strip()
+                for rev in ("HEAD~1", "HEAD")
+            )  # fmt: skip
+            manifest = {"fork": tmp, "build": "/b", "commit": second}
+            self.assertIsNone(overlay_loader.stale_message(manifest))
+            manifest["commit"] = first
+            message = overlay_loader.stale_message(manifest)
+            self.assertIn(f"at {first[:12]}, but its HEAD is now {second[:12]}", message)
+            self.assertIn("./stack build", message)
+            # packed refs and a detached HEAD are read too
+            subprocess.run(["git", "-C", tmp, "pack-refs", "--all"], check=True)
+            self.assertEqual(overlay_loader.fork_head(tmp), second)
+            subprocess.run(["git", "-C", tmp, "checkout", "-q", "--detach", first], check=True)
+            self.assertIsNone(overlay_loader.stale_message(manifest))
+
     def test_activate_is_a_silent_no_op_without_a_built_overlay(self):
         with tempfile.TemporaryDirectory() as tmp:
             before = list(sys.meta_path)
