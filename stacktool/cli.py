@@ -75,6 +75,8 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
             "pytorch.old-<time>/ and makes a new one."
         )
     log(f"pytorch/: {state.splitlines()[0]}")
+    if state == "current" and (moved := fork.on_branch(layout.fork)):
+        log(moved)
     if source is None:
         source = upstream.fetch_tarball(layout.cache)
         log(f"upstream source: {source.name} (sha256 verified)")

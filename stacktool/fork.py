@@ -86,6 +86,20 @@ def state(fork: Path, patch_dir: Path) -> str:
     )
 
 
+def on_branch(fork: Path) -> str | None:
+    """Put a fork whose HEAD is off branch `stack` back on it; say what was done, else None.
+
+    For a fork `state` calls current (clean, every commit on the branch): an interrupted
+    `./stack test` or `./stack lint` can leave it checked out, detached, at a level's commit.
+    """
+    ref = git(fork, "symbolic-ref", "--quiet", "HEAD", check=False).strip()
+    if ref == f"refs/heads/{config.BRANCH}":
+        return None
+    head = git(fork, "rev-parse", "--short=12", "HEAD").strip()
+    git(fork, "checkout", "--quiet", config.BRANCH)
+    return f"{fork} was checked out at {head} ({ref or 'detached'}): back on branch {config.BRANCH}"
+
+
 def ignored_work(fork: Path) -> list[str]:
     """Files in `fork` that git ignores and that are not made again (REMADE, the wheel's)."""
     exclude = (fork / ".git" / "info" / "exclude").read_text()

@@ -52,22 +52,33 @@ def write_pth(layout: Layout) -> None:
     (layout.site_packages / PTH).write_text(f"{layout.fork}\n")
 
 
-def torch_identity(layout: Layout, cwd: Path) -> tuple[str, str]:
-    """(torch.__file__, torch.version.git_version) as the venv's Python sees them from `cwd`."""
+def torch_identity(layout: Layout, cwd: Path, ops: list[str] = ()) -> tuple[str, str, str]:
+    """(torch.__file__, torch.version.git_version, the `ops` torch lacks) seen from `cwd`.
+
+    StackError if import torch fails or says its overlay is stale (overlay_loader).
+    """
     result = subprocess.run(
         [str(layout.python), "-c",
-         "import torch; print(torch.__file__); print(torch.version.git_version)"],
+         "import torch; print(torch.__file__); print(torch.version.git_version); "
+         f"print(','.join(n for n in {list(ops)!r} if not hasattr(torch, n)) or '-')"],
         cwd=cwd, capture_output=True, text=True,
     )  # fmt: skip
-    if result.returncode != 0:
+    if result.returncode != 0 or "stack overlay:" in result.stderr:
         raise StackError(f"import torch failed in .venv (from {cwd}):\n{result.stderr[-3000:]}")
-    file, version = result.stdout.split()[-2:]
-    return file, version
+    file, version, missing = result.stdout.split()[-3:]
+    return file, version, missing.strip("-")
 
 
 def prove_torch(layout: Layout, cwd: Path) -> str:
     """Check that the venv imports the fork's torch of the pinned commit; return a proof line."""
-    file, version = torch_identity(layout, cwd)
+    try:  # the ops the overlay in build/ was built for (overlay_loader.MANIFEST)
+        ops = [op for op in json.loads((layout.overlay / "overlay.json").read_text())["ops"]
+               if "." not in op]  # fmt: skip
+    except (OSError, ValueError, KeyError):
+        ops = []
+    file, version, missing = torch_identity(layout, cwd, ops)
+    if missing:
+        raise StackError(f"import torch lacks the stack's {missing}: run ./stack build")
     expected = layout.fork / "torch" / "__init__.py"
     if Path(file) != expected:
         raise StackError(f"from {cwd}, import torch loads {file}, not the fork's {expected}")

@@ -58,6 +58,15 @@ class ForkTest(unittest.TestCase):
         fork.materialize(self.tarball, self.patch_dir, twice)
         self.assertEqual(git(again, "rev-parse", "attn/2"), git(twice, "rev-parse", "attn/2"))
 
+    def test_setup_puts_a_fork_left_detached_by_an_interrupted_gate_back_on_its_branch(self):
+        self.make_stack()
+        self.assertIsNone(fork.on_branch(self.fork))
+        git(self.fork, "checkout", "--quiet", "--detach", "attn/1")  # as the gate leaves it
+        self.assertEqual(fork.state(self.fork, self.patch_dir), "current")
+        self.assertIn("back on branch stack", fork.on_branch(self.fork))
+        self.assertEqual(git(self.fork, "symbolic-ref", "HEAD").strip(), "refs/heads/stack")
+        self.assertEqual((self.fork / "a.py").read_text(), "x = 2\n")
+
     def test_state_protects_work(self):
         self.assertEqual(fork.state(self.fork, self.patch_dir), "absent")
         fork.materialize(self.tarball, self.patch_dir, self.fork)
