@@ -93,10 +93,8 @@ SUITES = (
           why="every op's schema invariants; skips: 4 need CUDA or SDPA, 2 upstream xfails"),
     Suite("test_function_schema", "test/test_function_schema.py", levels=(4,),
           why="whole file: it parses and round-trips every registered schema at once"),
-    Suite("test_dispatch invariants", "test/test_dispatch.py", "test_all_invariants", levels=(3,),
-          why="every op's dispatch table; the rest of the file uses made-up ops (level 4 runs it)"),
-    Suite("test_dispatch", "test/test_dispatch.py", levels=(4,),
-          why="whole file: test_all_invariants checks every op's dispatch table at once"),
+    Suite("test_dispatch", "test/test_dispatch.py", "test_all_invariants",
+          why="every op's dispatch table; the file's other tests use made-up ops (32 passed whole)"),
     Suite("test_jit_fuser_te (slow)", "test/test_jit_fuser_te.py", "attn", levels=(4,), env=SLOW,
           why="test_nnc_correctness is @slowTest (CI's slow config); skip: test_unsupported "
           "needs LLVM, which the wheel lacks"),
@@ -123,14 +121,15 @@ SUITES = (
 
 
 def upstream_suites(layout: Layout, log, level: int):
-    """Every upstream suite for `level`, with pytest, then upstream's runner over test_ops."""
+    """Every upstream suite for `level` with pytest; at level 4 also upstream's runner."""
     results = [
         run_suite(layout, suite.name, suite.command(), log, suite.env)
         for suite in SUITES
         if level in suite.levels
     ]
-    command = ["test/run_test.py", "-i", "test_ops", "--", "-k", "attn"]
-    results.append(run_suite(layout, "run_test.py -i test_ops -- -k attn", command, log))
+    if level == 4:  # upstream's runner over the tests of the test_ops row, once
+        command = ["test/run_test.py", "-i", "test_ops", "--", "-k", "attn"]
+        results.append(run_suite(layout, "run_test.py -i test_ops -- -k attn", command, log))
     return results
 
 
