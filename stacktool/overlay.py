@@ -447,10 +447,11 @@ def _generated_sources(cg: Path, ops: list[str]) -> tuple[dict[str, str], dict[s
     """
     core: dict[str, str] = {}
     aten = cg / "new" / "aten"
+    gpu = gpu_registrations(cg)
     for f in sorted(aten.glob("Register*.cpp")):
         if f.stem[-2:-1] == "_" and f.stem[-1].isdigit():
             continue  # shards of *Everything.cpp
-        if f.name in gpu_registrations(cg):
+        if f.name in gpu:
             continue  # see gpu_registrations
         text = f.read_text()
         if f.name == "RegisterSchema.cpp":

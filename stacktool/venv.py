@@ -52,7 +52,7 @@ def write_pth(layout: Layout) -> None:
     (layout.site_packages / PTH).write_text(f"{layout.fork}\n")
 
 
-def torch_identity(layout: Layout, cwd: Path, ops: list[str] = ()) -> tuple[str, str, str]:
+def torch_identity(layout: Layout, cwd: Path, ops: tuple[str, ...] = ()) -> tuple[str, str, str]:
     """(torch.__file__, torch.version.git_version, the `ops` torch lacks) seen from `cwd`.
 
     StackError if import torch fails or says its overlay is stale (overlay_loader).
@@ -76,7 +76,7 @@ def prove_torch(layout: Layout, cwd: Path) -> str:
                if "." not in op]  # fmt: skip
     except (OSError, ValueError, KeyError):
         ops = []
-    file, version, missing = torch_identity(layout, cwd, ops)
+    file, version, missing = torch_identity(layout, cwd, tuple(ops))
     if missing:
         raise StackError(f"import torch lacks the stack's {missing}: run ./stack build")
     expected = layout.fork / "torch" / "__init__.py"
