@@ -400,7 +400,7 @@ def plot(timing: dict, png: Path) -> None:
 
 def spawn(layout: Layout, *args: str, env: dict[str, str] | None = None) -> bool:
     """Run this module under the venv's Python; its stderr (progress, tracebacks) shows live."""
-    env = {**os.environ, **(env or {})}
+    env = {**os.environ, **layout.python_env, **(env or {})}
     proc = subprocess.run(
         [str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env
     )

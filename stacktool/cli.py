@@ -25,8 +25,8 @@ AFTER_INTERRUPT = {
     "setup": "pytorch/ is the previous tree or a complete new one; run ./stack setup to finish",
     "build": "build/overlay keeps what was compiled; run ./stack build to finish",
     "export": "patches/ holds the old series or the new one; run ./stack export again",
-    "test": "a level checked out in pytorch/ is back on branch stack; run ./stack test again",
-    "lint": "a level checked out in pytorch/ is back on branch stack; run ./stack lint again",
+    "test": "pytorch/ and build/overlay are untouched (the gate uses build/gate); run it again",
+    "lint": "pytorch/ is untouched (lint works in build/gate/pytorch); run ./stack lint again",
     "bench": "results are written only at the end; run ./stack bench again",
 }
 
@@ -104,8 +104,12 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
 
 
 def build(layout: config.Layout) -> None:
-    """The overlay build of what pytorch/ has checked out, and the venv's hook that loads it."""
-    overlay.install_loader(layout.site_packages, layout.overlay)
+    """The overlay build of what the layout's fork has checked out, and the venv's hook.
+
+    The hook loads build/overlay (pytorch/'s build); the gate's worktree build is named to it
+    by the environment (`Layout.python_env`), never installed.
+    """
+    overlay.install_loader(layout.site_packages, config.Layout(layout.root).overlay)
     overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1)
 
 
@@ -167,7 +171,7 @@ def run(args: argparse.Namespace, layout: config.Layout) -> int:
     if args.command == "export":
         return export(layout, args.check)
     if args.command == "lint":
-        return gate.lint_all(layout, log)
+        return gate.lint_all(layout, log, build)
     if args.command == "bench":
         return bench.run(layout, args.out.resolve(), args.quick)
     return gate.run(layout, log, build)

@@ -1,7 +1,9 @@
 """Pinned inputs and the project's layout: every path and version the tool uses lives here."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from stacktool.overlay_loader import ENV as OVERLAY_ENV
 
 # Upstream source: Debian's source package of PyTorch v2.6.0.
 DEBIAN_PACKAGE = "pytorch"
@@ -56,13 +58,31 @@ def level_ref(level: int) -> str:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where things live below the project root."""
+    """Where things live below the project root.
+
+    `tree` and `overlay_dir` name another checkout of the fork and its overlay build (the
+    gate's, see `gate_tree`); by default they are pytorch/ and build/overlay.
+    """
 
     root: Path
+    tree: Path | None = None
+    overlay_dir: Path | None = None
 
     @property
     def fork(self) -> Path:
-        return self.root / "pytorch"
+        return self.tree or self.root / "pytorch"
+
+    def gate_tree(self) -> "Layout":
+        """The gate's own worktree of the fork and build, so it never moves pytorch/."""
+        gate = self.root / "build" / "gate"
+        return replace(self, tree=gate / "pytorch", overlay_dir=gate / "overlay")
+
+    @property
+    def python_env(self) -> dict[str, str]:
+        """What the venv's Python needs to import torch from `fork` with its overlay."""
+        if self.tree is None:
+            return {}  # the venv's .pth files name pytorch/ and build/overlay
+        return {"PYTHONPATH": str(self.fork), OVERLAY_ENV: str(self.overlay)}
 
     @property
     def patches(self) -> Path:
@@ -86,7 +106,7 @@ class Layout:
 
     @property
     def overlay(self) -> Path:
-        return self.build / "overlay"
+        return self.overlay_dir or self.build / "overlay"
 
     @property
     def lock(self) -> Path:

@@ -36,7 +36,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from stacktool import overlay_sources
+from stacktool import overlay_loader, overlay_sources
 from stacktool.errors import StackError
 from stacktool.overlay_loader import MANIFEST
 
@@ -684,13 +684,15 @@ def _ninja(python: Path) -> str:
     return found
 
 
-def _verify(python: Path, build_dir: Path, ops: list[str]) -> None:
+def _verify(python: Path, fork: Path, build_dir: Path, ops: list[str]) -> None:
     """Load the new build the way the venv will, and check `import torch` stays silent.
 
     Catches what linking cannot (the bindings are linked without --no-undefined, as
     Python extensions are) and any warning the registrations print ("Overriding a
     previously registered kernel"). Activates the loader explicitly, so it also works
-    before install_loader; with the .pth installed, that one is used.
+    before install_loader; with the .pth installed, that one is used. `fork` comes first on
+    sys.path and `build_dir` is named to the hook (overlay_loader.ENV), so a worktree's
+    build is checked against that worktree.
     """
     names = [op for op in ops if "." not in op]
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import overlay_loader; "
@@ -698,8 +700,9 @@ def _verify(python: Path, build_dir: Path, ops: list[str]) -> None:
             f"overlay_loader.activate({str(build_dir)!r}); import torch; "
             f"missing = [n for n in {names!r} if not hasattr(torch, n)]; "
             "sys.exit(f'torch lacks {missing}' if missing else 0)")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(fork), overlay_loader.ENV: str(build_dir)}
     result = subprocess.run([str(python), "-W", "error", "-X", "dev", "-c", code], cwd="/",
-                            capture_output=True, text=True)  # fmt: skip
+                            env=env, capture_output=True, text=True)  # fmt: skip
     if result.returncode != 0 or result.stderr.strip() or result.stdout.strip():
         raise StackError(
             f"the overlay built in {build_dir} does not load cleanly "
@@ -856,7 +859,7 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
         }
         changed_manifest = write_if_changed(manifest_path, json.dumps(manifest, indent=1) + "\n")
         if steps or changed_manifest:
-            _verify(python, build_dir, ops)
+            _verify(python, fork, build_dir, ops)
             compiled += ", import checked"
         summary += f" ({', '.join(ops)})"
 

@@ -36,6 +36,7 @@ import os
 import sys
 
 MANIFEST = "overlay.json"
+ENV = "STACK_OVERLAY_BUILD"  # names another build dir to load (the gate's worktree build)
 
 
 class _StackOverlayFinder(importlib.abc.MetaPathFinder):
@@ -72,14 +73,23 @@ class _StackOverlayFinder(importlib.abc.MetaPathFinder):
 
 
 def fork_head(fork: str) -> str | None:
-    """The commit the fork's HEAD names, read from .git without running git; None if unknown."""
+    """The commit the fork's HEAD names, read from .git without running git; None if unknown.
+
+    In a worktree, .git is a file naming its own git dir; refs live in the common one.
+    """
     git_dir = os.path.join(fork, ".git")
     try:
+        if os.path.isfile(git_dir):
+            with open(git_dir, encoding="utf-8") as f:
+                git_dir = os.path.join(fork, f.read().strip().removeprefix("gitdir: "))
         with open(os.path.join(git_dir, "HEAD"), encoding="utf-8") as f:
             head = f.read().strip()
         if not head.startswith("ref: "):
             return head  # detached
         ref = head[len("ref: ") :]
+        if os.path.exists(os.path.join(git_dir, "commondir")):
+            with open(os.path.join(git_dir, "commondir"), encoding="utf-8") as f:
+                git_dir = os.path.join(git_dir, f.read().strip())
         if os.path.exists(os.path.join(git_dir, ref)):
             with open(os.path.join(git_dir, ref), encoding="utf-8") as f:
                 return f.read().strip()
@@ -141,7 +151,11 @@ def _phase1(C, manifest: dict) -> None:
 
 
 def activate(build_dir: str) -> None:
-    """Install the finder if `build_dir` holds a built overlay (idempotent, silent)."""
+    """Install the finder if `build_dir` holds a built overlay (idempotent, silent).
+
+    The environment variable STACK_OVERLAY_BUILD, if set, names the build dir instead.
+    """
+    build_dir = os.environ.get(ENV) or build_dir
     if any(type(f).__name__ == "_StackOverlayFinder" for f in sys.meta_path):
         return
     if "torch._C" in sys.modules:

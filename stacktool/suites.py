@@ -1,4 +1,4 @@
-"""Running upstream's test commands in pytorch/ and counting their tests."""
+"""Running upstream's test commands in a checkout of the fork and counting their tests."""
 
 import os
 import re
@@ -54,12 +54,12 @@ def suite_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_suite(layout: Layout, name: str, command: list[str], log, env=None) -> Result:
-    """Run an upstream test command in pytorch/ with the venv's Python; count its tests.
+    """Run an upstream test command in the layout's fork with the venv's Python; count tests.
 
     `env`: variables to set for it (upstream's test configurations are chosen by them).
     """
     started = time.monotonic()
-    env = suite_env(env)
+    env = suite_env({**layout.python_env, **(env or {})})
     proc = subprocess.run(
         [str(layout.python), *command], cwd=layout.fork, env=env, capture_output=True, text=True
     )

@@ -5,6 +5,7 @@ from any directory loads the fork (as upstream's tools/nightly.py arranges it).
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def torch_identity(layout: Layout, cwd: Path, ops: tuple[str, ...] = ()) -> tupl
         [str(layout.python), "-c",
          "import torch; print(torch.__file__); print(torch.version.git_version); "
          f"print(','.join(n for n in {list(ops)!r} if not hasattr(torch, n)) or '-')"],
-        cwd=cwd, capture_output=True, text=True,
+        cwd=cwd, env={**os.environ, **layout.python_env}, capture_output=True, text=True,
     )  # fmt: skip
     if result.returncode != 0 or "stack overlay:" in result.stderr:
         raise StackError(f"import torch failed in .venv (from {cwd}):\n{result.stderr[-3000:]}")

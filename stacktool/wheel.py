@@ -142,9 +142,10 @@ def link(unpacked: Path, fork: Path) -> int:
     count = 0
     entries = listing(unpacked, fork)
     exclude = fork / ".git" / "info" / "exclude"
-    ignored = [f"/{p.relative_to(unpacked)}{'/' if p.is_dir() else ''}" for p in entries]
-    with exclude.open("a") as f:
-        f.write(LINKED + "\n".join(ignored) + "\n")
+    if (fork / ".git").is_dir():  # a worktree (.git is a file) shares its repository's
+        ignored = [f"/{p.relative_to(unpacked)}{'/' if p.is_dir() else ''}" for p in entries]
+        with exclude.open("a") as f:
+            f.write(LINKED + "\n".join(ignored) + "\n")
     for src in entries:
         files = [src] if src.is_file() else [p for p in src.rglob("*") if p.is_file()]
         for file in files:

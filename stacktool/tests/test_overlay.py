@@ -516,6 +516,14 @@ class LoaderTest(unittest.TestCase):
             self.assertEqual(overlay_loader.fork_head(tmp), second)
             subprocess.run(["git", "-C", tmp, "checkout", "-q", "--detach", first], check=True)
             self.assertIsNone(overlay_loader.stale_message(manifest))
+            # a worktree (the gate's): .git is a file; its HEAD, detached or on a branch
+            tree = str(Path(tmp, "tree"))
+            subprocess.run(["git", "-C", tmp, "worktree", "add", "-q", "--detach", tree, second],
+                           check=True)  # fmt: skip
+            self.assertEqual(overlay_loader.fork_head(tree), second)
+            subprocess.run(["git", "-C", tree, "checkout", "-q", "-b", "other", first], check=True)
+            self.assertEqual(overlay_loader.fork_head(tree), first)
+            self.assertEqual(overlay_loader.fork_head(tmp), first)  # tmp's own detached HEAD
 
     def test_activate_is_a_silent_no_op_without_a_built_overlay(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -524,6 +532,23 @@ class LoaderTest(unittest.TestCase):
             Path(tmp, overlay_loader.MANIFEST).write_text(json.dumps({"core": ""}))
             overlay_loader.activate(tmp)
             self.assertEqual(sys.meta_path, before)
+
+    def test_activate_loads_the_build_the_environment_names(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            other = Path(tmp, "gate")
+            other.mkdir()
+            manifest = {"core": "x.so", "bindings": "y.so", "ops": ["attn"], "fork": tmp}
+            Path(other, overlay_loader.MANIFEST).write_text(json.dumps(manifest))
+            code = (
+                f"import sys; sys.path.insert(0, {str(Path(overlay_loader.__file__).parent)!r}); "
+                f"import overlay_loader as l; l.activate({tmp!r}); "
+                "print(getattr(sys.meta_path[0], 'manifest', {}).get('build'))"
+            )
+            # tmp holds no manifest: no finder; with the variable set, gate's is loaded
+            for env, expected in (({}, "None"), ({overlay_loader.ENV: str(other)}, str(other))):
+                out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
+                                     text=True, check=True, env={**os.environ, **env})  # fmt: skip
+                self.assertEqual(out.stdout.strip(), expected)
 
     def test_activate_installs_a_finder_that_leaves_other_modules_alone(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,102 @@
+"""The gate works in a worktree of its own and never moves pytorch/ (tiny git repos)."""
+
+import shutil
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+from stacktool import config, gate
+from stacktool.git import git
+
+IDENTITY = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid"}
+
+
+class GateTreeTest(unittest.TestCase):
+    def setUp(self):
+        self.root = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.root)
+        self.layout = config.Layout(self.root)
+        self.fork = self.make_fork(self.layout.fork)
+
+    def make_fork(self, fork: Path) -> Path:
+        """pristine (tag attn/0) and two stack commits on branch `stack`."""
+        fork.mkdir(parents=True)
+        git(fork, "init", "--quiet", "--initial-branch", config.BRANCH)
+        for n, text in enumerate(["pristine", "level 1", "level 2"]):
+            (fork / "a.txt").write_text(text + "\n")
+            git(fork, "add", "a.txt")
+            git(fork, "commit", "--quiet", "-m", text, env=IDENTITY)
+            if n == 0:
+                git(fork, "tag", config.BASE_REF)
+        return fork
+
+    def head(self) -> tuple[str, str]:
+        return git(self.fork, "symbolic-ref", "HEAD").strip(), git(self.fork, "rev-parse", "HEAD")
+
+    def levels(self, build):
+        with (
+            mock.patch.object(gate.wheel, "fetch"),
+            mock.patch.object(gate.wheel, "unpack", return_value=(None, [])),
+            mock.patch.object(gate.wheel, "link"),
+        ):
+            return list(gate.each_level(self.layout, lambda message: None, build))
+
+    def test_levels_are_built_in_the_gate_tree_and_pytorch_never_moves(self):
+        before, seen = self.head(), []
+
+        def build(layout):
+            self.assertEqual(self.head(), before)  # the old gate checked levels out in pytorch/
+            seen.append((layout.fork, (layout.fork / "a.txt").read_text()))
+
+        self.levels(build)
+        tree = self.root / "build" / "gate" / "pytorch"
+        self.assertEqual(seen, [(tree, "level 1\n"), (tree, "level 2\n")])
+        self.assertEqual(self.head(), before)
+        gate_layout = self.layout.gate_tree()
+        self.assertEqual(gate_layout.overlay, self.root / "build" / "gate" / "overlay")
+        self.assertEqual(gate_layout.python_env["PYTHONPATH"], str(tree))
+        self.assertEqual(self.layout.python_env, {})
+
+    def test_an_interrupted_run_leaves_pytorch_as_it_was(self):
+        before = self.head()
+        (self.fork / "work.txt").write_text("uncommitted\n")
+
+        def build(layout):
+            raise KeyboardInterrupt
+
+        with self.assertRaises(KeyboardInterrupt):
+            self.levels(build)
+        self.assertEqual(self.head(), before)
+        self.assertEqual((self.fork / "work.txt").read_text(), "uncommitted\n")
+        self.assertEqual((self.fork / "a.txt").read_text(), "level 2\n")
+
+    def test_what_a_run_left_in_the_tree_is_reset(self):
+        self.levels(lambda layout: None)
+        tree = self.layout.gate_tree().fork
+        (tree / "a.txt").write_text("edited by a test\n")
+        (tree / "left.txt").write_text("untracked\n")
+        seen = []
+        self.levels(lambda layout: seen.append((layout.fork / "a.txt").read_text()))
+        self.assertEqual(seen, ["level 1\n", "level 2\n"])
+        self.assertFalse((tree / "left.txt").exists())
+
+    def test_a_broken_or_foreign_tree_is_made_again(self):
+        tree = self.layout.gate_tree().fork
+        tree.mkdir(parents=True)
+        (tree / "junk").write_text("half-made\n")  # e.g. an interrupted `worktree add`
+        self.levels(lambda layout: None)
+        self.assertFalse((tree / "junk").exists())
+        self.assertEqual((tree / "a.txt").read_text(), "level 2\n")
+        # pytorch/ made again by setup: the tree's .git names a repository that is gone
+        shutil.rmtree(self.fork)
+        self.make_fork(self.fork)
+        seen = []
+        self.levels(lambda layout: seen.append((layout.fork / "a.txt").read_text()))
+        self.assertEqual(seen, ["level 1\n", "level 2\n"])
+        common = git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
+        self.assertEqual(Path(common), self.fork / ".git")
+
+
+if __name__ == "__main__":
+    unittest.main()
