@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from stacktool import bench
+from stacktool import bench, tanh_accuracy
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
 from stacktool.suites import Result, run_suite
@@ -29,7 +29,9 @@ class Suite:
 
     `select` is pytest's `-k` ("" runs the whole file); `env` sets the variables that pick
     upstream's test configuration (as CI's jobs set them); `deselect` maps each test id left
-    out to the one-line reason; `why` says in one line why this selection, and any skips.
+    out to the one-line reason; `why` says in one line why this selection, and any skips;
+    `per_capability` runs it under each ATEN_CPU_CAPABILITY the CPU supports (a CPU kernel's
+    every compiled variant).
     """
 
     name: str
@@ -39,6 +41,7 @@ class Suite:
     env: dict[str, str] = field(default_factory=dict)
     deselect: dict[str, str] = field(default_factory=dict)
     why: str = ""
+    per_capability: bool = False  # run once per ATEN_CPU_CAPABILITY this CPU supports
 
     def command(self) -> list[str]:
         """The arguments to the venv's Python, run in pytorch/."""
@@ -117,16 +120,29 @@ SUITES = (
     Suite("inductor/test_compiled_autograd", "test/inductor/test_compiled_autograd.py",
           "TestCompiledAutograd and (test_basic or test_cache_hit or test_verbose_logs_graph)",
           levels=(4,), why="a sample: generated C++ nodes, their cache key, their origins"),
+    # PR 5 changes the CPU float tanh kernel (tanh_stub): the tests that exercise tanh, under
+    # every CPU capability the kernel is compiled for, as CI's default and avx2 configs do.
+    Suite("test_unary_ufuncs", "test/test_unary_ufuncs.py", "tanh", levels=(5,),
+          per_capability=True, why="tanh, tanh_, out=, the reference and PR 5's accuracy tests"),
+    Suite("test_ops", "test/test_ops.py", "tanh or attn", levels=(5,), per_capability=True,
+          why="OpInfo tests of tanh (and ops whose names contain it) and of attn, which calls it"),
+    Suite("test_nn", "test/test_nn.py", "tanh or RNN or LSTM or GRU", levels=(5,),
+          per_capability=True, why="Tanh modules and the recurrent layers (tanh inside)"),
 )  # fmt: skip
 
 
 def upstream_suites(layout: Layout, log, level: int):
     """Every upstream suite for `level` with pytest; at level 4 also upstream's runner."""
-    results = [
-        run_suite(layout, suite.name, suite.command(), log, suite.env)
-        for suite in SUITES
-        if level in suite.levels
-    ]
+    capabilities = None
+    results = []
+    for suite in [suite for suite in SUITES if level in suite.levels]:
+        if not suite.per_capability:
+            results.append(run_suite(layout, suite.name, suite.command(), log, suite.env))
+            continue
+        capabilities = capabilities or tanh_accuracy.supported(layout)
+        for cap in capabilities:
+            env = {**suite.env, "ATEN_CPU_CAPABILITY": cap}
+            results.append(run_suite(layout, f"{suite.name} [{cap}]", suite.command(), log, env))
     if level == 4:  # upstream's runner over the tests of the test_ops row, once
         command = ["test/run_test.py", "-i", "test_ops", "--", "-k", "attn"]
         results.append(run_suite(layout, "run_test.py -i test_ops -- -k attn", command, log))
@@ -150,7 +166,12 @@ def bench_smoke(layout: Layout, log):
     return Result("./stack bench --quick runs", int(ok), int(not ok))
 
 
-LEVELS = {1: level_1, 2: level_2, 3: level_3, 4: level_4}
+def level_5(layout: Layout, log):
+    """PR 5: the CPU float tanh kernel; tanh's suites and attn's, the exhaustive check."""
+    return [*upstream_suites(layout, log, 5), *tanh_accuracy.run(layout, log)]
+
+
+LEVELS = {1: level_1, 2: level_2, 3: level_3, 4: level_4, 5: level_5}
 
 
 def run(level: int, layout: Layout, log):

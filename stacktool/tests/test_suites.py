@@ -1,12 +1,15 @@
 """Tests of how the gate runs upstream's suites and counts their tests (stdlib only, < 1 s)."""
 
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
 from pathlib import Path
 from unittest import mock
 
+from stacktool import levels, tanh_accuracy
 from stacktool.config import Layout
 from stacktool.levels import SUITES, Suite
 from stacktool.suites import pytest_counts, run_suite, suite_env
@@ -47,10 +50,26 @@ class SuiteTableTest(unittest.TestCase):
     """The table's own rules: each choice that is not plain `-k attn` says why, in one line."""
 
     def test_names_unique_and_levels_known(self):
-        names = [s.name for s in SUITES]
-        self.assertEqual(len(names), len(set(names)))
+        for level in (3, 4, 5):
+            names = [s.name for s in SUITES if level in s.levels]
+            self.assertEqual(len(names), len(set(names)))
         for suite in SUITES:
-            self.assertTrue(suite.levels and set(suite.levels) <= {3, 4}, suite.name)
+            self.assertTrue(suite.levels and set(suite.levels) <= {3, 4, 5}, suite.name)
+
+    def test_level_5_runs_each_suite_under_each_supported_capability(self):
+        ran = []
+
+        def run_suite(layout, name, command, log, env):
+            ran.append((name, env.get("ATEN_CPU_CAPABILITY")))
+
+        with (
+            mock.patch.object(levels, "run_suite", run_suite),
+            mock.patch.object(levels.tanh_accuracy, "supported", return_value=["default", "avx2"]),
+        ):
+            levels.upstream_suites(Layout(Path("/x")), lambda line: None, 5)
+        self.assertIn(("test_nn [avx2]", "avx2"), ran)
+        self.assertIn(("test_unary_ufuncs [default]", "default"), ran)
+        self.assertEqual(len(ran), 2 * len([s for s in SUITES if 5 in s.levels]))
 
     def test_every_deselection_and_unusual_selection_has_a_one_line_reason(self):
         for suite in SUITES:
@@ -97,6 +116,32 @@ class RunSuiteTest(unittest.TestCase):
     def test_runner_failing_without_a_test_failing_counts(self):
         result = self.run_script("print('==== 2 passed in 0.1s ===='); raise SystemExit(3)")
         self.assertEqual((result.passed, result.failed), (2, 1))
+
+
+class TanhAccuracyTest(unittest.TestCase):
+    """The exhaustive check's verdict and its per-capability runs (no torch needed here)."""
+
+    FOUND = {"capability": "AVX2", "max_ulp": 1, "worst_x": 0.5, "not_rounded": 8,
+             "nan_lost": 0, "not_odd": 0}  # fmt: skip
+
+    def test_verdict(self):
+        self.assertTrue(tanh_accuracy.verdict(self.FOUND))
+        for key, bad in (("max_ulp", 2), ("nan_lost", 1), ("not_odd", 3)):
+            self.assertFalse(tanh_accuracy.verdict({**self.FOUND, key: bad}), key)
+        self.assertIn("max 1 ULP", tanh_accuracy.summary(self.FOUND))
+
+    def test_unsupported_capability_is_skipped_and_named(self):
+        def worker(command, **kwargs):
+            Path(command[-1]).write_text(json.dumps({**self.FOUND, "max_ulp": 3}))
+            return subprocess.CompletedProcess(command, 0, "", "")
+
+        with mock.patch.object(tanh_accuracy, "supported", return_value=["default", "avx2"]), \
+                mock.patch.object(tanh_accuracy.subprocess, "run", worker):  # fmt: skip
+            results = tanh_accuracy.run(Layout(Path("/x")), lambda line: None)
+        by_name = {r.name.split("[")[1].rstrip("]"): r for r in results}
+        self.assertEqual((by_name["avx512"].skipped, by_name["avx512"].failed), (1, 0))
+        self.assertIn("does not support", by_name["avx512"].note)
+        self.assertEqual(by_name["avx2"].failed, 1)  # 3 ULP fails the bar
 
 
 if __name__ == "__main__":
