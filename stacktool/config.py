@@ -3,7 +3,7 @@
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stacktool.overlay_loader import ENV as OVERLAY_ENV
+from stacktool.overlay.loader import ENV as OVERLAY_ENV
 
 # Upstream source: Debian's source package of PyTorch v2.6.0.
 DEBIAN_PACKAGE = "pytorch"

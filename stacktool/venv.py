@@ -56,7 +56,7 @@ def write_pth(layout: Layout) -> None:
 def torch_identity(layout: Layout, cwd: Path, ops: tuple[str, ...] = ()) -> tuple[str, str, str]:
     """(torch.__file__, torch.version.git_version, the `ops` torch lacks) seen from `cwd`.
 
-    StackError if import torch fails or says its overlay is stale (overlay_loader).
+    StackError if import torch fails or says its overlay is stale (overlay.loader).
     """
     result = subprocess.run(
         [str(layout.python), "-c",
@@ -72,7 +72,7 @@ def torch_identity(layout: Layout, cwd: Path, ops: tuple[str, ...] = ()) -> tupl
 
 def prove_torch(layout: Layout, cwd: Path) -> str:
     """Check that the venv imports the fork's torch of the pinned commit; return a proof line."""
-    try:  # the ops the overlay in build/ was built for (overlay_loader.MANIFEST)
+    try:  # the ops the overlay in build/ was built for (overlay.loader.MANIFEST)
         ops = [op for op in json.loads((layout.overlay / "overlay.json").read_text())["ops"]
                if "." not in op]  # fmt: skip
     except (OSError, ValueError, KeyError):

@@ -13,8 +13,9 @@ import textwrap
 import unittest
 from pathlib import Path
 
-from stacktool import overlay, overlay_loader, overlay_sources
+from stacktool import overlay
 from stacktool.errors import StackError
+from stacktool.overlay import added_lines, changes, compile, generate, loader
 
 PRISTINE = textwrap.dedent("""\
     # comment at the top
@@ -30,11 +31,11 @@ PRISTINE = textwrap.dedent("""\
 
 class NewOpsTest(unittest.TestCase):
     def test_no_change_no_ops(self):
-        self.assertEqual(overlay.diff_ops(PRISTINE, PRISTINE), [])
+        self.assertEqual(changes.diff_ops(PRISTINE, PRISTINE), [])
 
     def test_comments_and_blank_lines_do_not_count(self):
         patched = PRISTINE.replace("# trailing comment", "# another").replace("\n\n", "\n\n\n")
-        self.assertEqual(overlay.diff_ops(PRISTINE, patched), [])
+        self.assertEqual(changes.diff_ops(PRISTINE, patched), [])
 
     def test_new_op_overloads_and_autogen(self):
         patched = PRISTINE + textwrap.dedent("""\
@@ -45,34 +46,34 @@ class NewOpsTest(unittest.TestCase):
 
             - func: attn.scaled(Tensor q, Tensor k, Tensor v, float s) -> Tensor
             """)
-        self.assertEqual(overlay.diff_ops(PRISTINE, patched), ["attn", "attn.out", "attn.scaled"])
+        self.assertEqual(changes.diff_ops(PRISTINE, patched), ["attn", "attn.out", "attn.scaled"])
 
     def test_changed_schema_of_existing_op_is_refused(self):
         patched = PRISTINE.replace("Scalar alpha=1", "Scalar alpha=2")
         with self.assertRaisesRegex(
             StackError, r"schema of the existing operator add\.Tensor.*" r"cannot be overlaid"
         ):
-            overlay.diff_ops(PRISTINE, patched)
+            changes.diff_ops(PRISTINE, patched)
 
     def test_changed_dispatch_of_existing_op_is_refused(self):
         patched = PRISTINE.replace("CPU: add_cpu", "CPU: add_cpu\n    CUDA: add_cuda")
         with self.assertRaisesRegex(
             StackError, r"changes the dispatch of the existing operator " r"add\.Tensor"
         ):
-            overlay.diff_ops(PRISTINE, patched)
+            changes.diff_ops(PRISTINE, patched)
 
     def test_removed_op_is_refused(self):
         patched = PRISTINE.split("- func: atleast_3d")[0]
         with self.assertRaisesRegex(StackError, "removes the existing operator atleast_3d"):
-            overlay.diff_ops(PRISTINE, patched)
+            changes.diff_ops(PRISTINE, patched)
 
     def test_duplicate_op_is_refused(self):
         patched = PRISTINE + "- func: atleast_3d(Tensor self) -> Tensor\n"
         with self.assertRaisesRegex(StackError, "atleast_3d is declared twice"):
-            overlay.diff_ops(PRISTINE, patched)
+            changes.diff_ops(PRISTINE, patched)
 
     def test_fields(self):
-        fields = overlay._fields(overlay.yaml_entries(PRISTINE)["add.Tensor"])
+        fields = changes._fields(changes.yaml_entries(PRISTINE)["add.Tensor"])
         self.assertEqual(fields["variants"], "function, method")
         self.assertEqual(fields["dispatch"], "\nCPU: add_cpu")
 
@@ -131,13 +132,13 @@ def insert_after(text: str, needle: str, new: str) -> tuple[str, list[int]]:
 
 class AddedLinesTest(unittest.TestCase):
     def test_parse_unified_diff(self):
-        added, removed = overlay_sources.parse_unified_diff(DIFF)
+        added, removed = changes.parse_unified_diff(DIFF)
         self.assertEqual(added, [4, 5, 12])
         self.assertEqual(removed, [(10, "  return 1;")])
 
     def test_line_in_registration_block(self):
         text, added = insert_after(SOURCE, "OP_DECOMPOSE(absolute);", "  OP_DECOMPOSE(attn);")
-        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        tu = added_lines.added_lines_tu(text, added, "f.cpp")
         self.assertIn("#include <ATen/Operators.h>", tu)
         self.assertIn("#define OP_DECOMPOSE(op)", tu)
         self.assertIn("namespace at::functorch {\nusing at::Tensor;", tu)
@@ -154,7 +155,7 @@ class AddedLinesTest(unittest.TestCase):
 
     def test_line_inside_ifdef_in_block_keeps_its_condition(self):
         text, added = insert_after(SOURCE, "OP_DECOMPOSE(foo);", "  OP_DECOMPOSE(bar);")
-        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        tu = added_lines.added_lines_tu(text, added, "f.cpp")
         self.assertIn("#ifdef FOO\n", tu)
         self.assertLess(tu.index("#ifdef FOO"), tu.index("OP_DECOMPOSE(bar)"))
         self.assertLess(tu.index("OP_DECOMPOSE(bar)"), tu.index("#endif"))
@@ -162,7 +163,7 @@ class AddedLinesTest(unittest.TestCase):
     def test_new_function_at_namespace_scope(self):
         new = "int attn_helper(int x) {\n  if (x) { return 1; }\n  return 0;\n}"
         text, added = insert_after(SOURCE, "static int helper()", new)
-        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        tu = added_lines.added_lines_tu(text, added, "f.cpp")
         self.assertIn("namespace at::functorch {\nusing at::Tensor;\n#line", tu)
         self.assertIn(new, tu)
         self.assertNotIn("TORCH_LIBRARY", tu)
@@ -171,7 +172,7 @@ class AddedLinesTest(unittest.TestCase):
         # a batch rule returning the file's `twoOutputs` (BatchRulesLinearAlgebra.cpp)
         text, _ = insert_after(SOURCE, "using at::Tensor;", "typedef std::tuple<Tensor, int> two;")
         text, added = insert_after(text, "static int helper()", "two attn_rule(int x);")
-        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        tu = added_lines.added_lines_tu(text, added, "f.cpp")
         self.assertLess(tu.index("typedef std::tuple<Tensor, int> two;"), tu.index("two attn_rule"))
 
     def test_git_may_shift_an_added_function(self):
@@ -180,7 +181,7 @@ class AddedLinesTest(unittest.TestCase):
             SOURCE, "  return x + '{';\n}".splitlines()[0], "}\n\nint g() {\n  return 2;"
         )
         start = line_of(text, "return x + '{';") + 1
-        tu = overlay_sources.added_lines_tu(text, list(range(start, start + 4)), "f.cpp")
+        tu = added_lines.added_lines_tu(text, list(range(start, start + 4)), "f.cpp")
         self.assertIn("int g() {\n  return 2;\n}", tu)
         self.assertEqual(tu.count("{"), tu.count("}"))
 
@@ -191,22 +192,22 @@ class AddedLinesTest(unittest.TestCase):
             rf"f\.cpp:{added[0]}: lines added inside an "
             r"existing function .*int existing\(int x\)",
         ):
-            overlay_sources.added_lines_tu(text, added, "f.cpp")
+            added_lines.added_lines_tu(text, added, "f.cpp")
 
     def test_torch_library_becomes_fragment(self):
         text = '#include <torch/library.h>\nTORCH_LIBRARY(myns, m) {\n  m.def("a() -> ()");\n}\n'
         text, added = insert_after(text, 'm.def("a', '  m.def("b() -> ()");')
-        tu = overlay_sources.added_lines_tu(text, added, "f.cpp")
+        tu = added_lines.added_lines_tu(text, added, "f.cpp")
         self.assertIn("TORCH_LIBRARY_FRAGMENT(myns, m) {", tu)
         self.assertNotIn('"a() -> ()"', tu)
 
     def test_comment_only_additions_make_no_tu(self):
         text, added = insert_after(SOURCE, "OP_DECOMPOSE(absolute);", "  // just a note")
-        self.assertEqual(overlay_sources.added_lines_tu(text, added, "f.cpp"), "")
+        self.assertEqual(added_lines.added_lines_tu(text, added, "f.cpp"), "")
 
     def test_unbalanced_file_is_refused(self):
         with self.assertRaisesRegex(StackError, "braces do not balance"):
-            overlay_sources.scan("namespace a {\nint f() {\n", "f.cpp")
+            added_lines.scan("namespace a {\nint f() {\n", "f.cpp")
 
 
 LIST_HEADER = textwrap.dedent("""\
@@ -256,7 +257,7 @@ def with_attn(header: str) -> str:
 class MacroListTest(unittest.TestCase):
     def test_added_entry_is_found(self):
         self.assertEqual(
-            overlay_sources.added_list_entries(LIST_HEADER, with_attn(LIST_HEADER), "a.h"),
+            changes.added_list_entries(LIST_HEADER, with_attn(LIST_HEADER), "a.h"),
             {"AT_FORALL_LOWER": ("_", ["_(attn)"])},
         )
 
@@ -266,7 +267,7 @@ class MacroListTest(unittest.TestCase):
         new = LIST_HEADER.replace("  _(bmm)\n", "  _(bmm) \\\n  _(scaled_dot_product_attention)\n")
         new = new.replace("                    \\", "                                  \\")
         self.assertEqual(
-            overlay_sources.added_list_entries(LIST_HEADER, new, "a.h"),
+            changes.added_list_entries(LIST_HEADER, new, "a.h"),
             {"AT_FORALL_LOWER": ("_", ["_(scaled_dot_product_attention)"])},
         )
 
@@ -275,18 +276,18 @@ class MacroListTest(unittest.TestCase):
                     LIST_HEADER.replace("_(conv2d, padding)", "_(conv2d)        ")):  # fmt: skip
             with self.assertRaisesRegex(StackError, r"a\.h: the stack changes the existing "
                                         r"macro AT_FORALL_LOWER: it removes or changes"):  # fmt: skip
-                overlay_sources.added_list_entries(LIST_HEADER, new, "a.h")
+                changes.added_list_entries(LIST_HEADER, new, "a.h")
 
     def test_changed_macro_that_is_not_a_list_is_refused(self):
         new = LIST_HEADER.replace("m.impl(#OP, POLICY);", "m.impl(#OP, POLICY, 1);")
         with self.assertRaisesRegex(StackError, "changes the existing macro KERNEL_CUDA; only"):
-            overlay_sources.added_list_entries(LIST_HEADER, new, "a.h")
+            changes.added_list_entries(LIST_HEADER, new, "a.h")
 
     def test_expansion_redone_with_the_added_entries_only(self):
-        lists = overlay_sources.added_list_entries(LIST_HEADER, with_attn(LIST_HEADER), "a.h")
-        lines, inserts = overlay_sources.list_expansions(LIST_SOURCE, "f.cpp", lists)
+        lists = changes.added_list_entries(LIST_HEADER, with_attn(LIST_HEADER), "a.h")
+        lines, inserts = added_lines.list_expansions(LIST_SOURCE, "f.cpp", lists)
         self.assertEqual(lines, [line_of(LIST_SOURCE, "AT_FORALL_LOWER(_KERNEL_CUDA_LOW)")])
-        tu = overlay_sources.added_lines_tu(LIST_SOURCE, lines, "f.cpp", inserts)
+        tu = added_lines.added_lines_tu(LIST_SOURCE, lines, "f.cpp", inserts)
         block = tu[tu.index("TORCH_LIBRARY_IMPL(aten, Autocast, m) {") :]
         helper = "#define _KERNEL_CUDA_LOW(...) \\\n  KERNEL_CUDA(__VA_ARGS__, lower)\n"
         redefine = "#undef AT_FORALL_LOWER\n#define AT_FORALL_LOWER(_) _(attn)\n"
@@ -302,13 +303,13 @@ class MacroListTest(unittest.TestCase):
     @unittest.skipUnless(shutil.which("c++"), "no C++ preprocessor")
     def test_preprocessed_tu_registers_the_added_entry_only(self):
         new_header = with_attn(LIST_HEADER)
-        lists = overlay_sources.added_list_entries(LIST_HEADER, new_header, "a.h")
+        lists = changes.added_list_entries(LIST_HEADER, new_header, "a.h")
         # the stack also adds a block of its own that expands the list: the whole list there
         source, added = insert_after(LIST_SOURCE, "} // namespace at::autocast",
                                      "TORCH_LIBRARY_IMPL(aten, AutocastXPU, m) {\n"
                                      "  AT_FORALL_LOWER(KERNEL_NEW)\n}")  # fmt: skip
-        lines, inserts = overlay_sources.list_expansions(source, "f.cpp", lists, skip=added)
-        tu = overlay_sources.added_lines_tu(source, sorted(lines + added), "f.cpp", inserts)
+        lines, inserts = added_lines.list_expansions(source, "f.cpp", lists, skip=added)
+        tu = added_lines.added_lines_tu(source, sorted(lines + added), "f.cpp", inserts)
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "autocast_mode.h").write_text(new_header)
             Path(tmp, "tu.cpp").write_text(tu)
@@ -329,14 +330,14 @@ class MacroListTest(unittest.TestCase):
             r"f\.cpp:6: AT_FORALL_LOWER, to which the stack adds entries, is "
             r"expanded outside a registration block \(in 'static void helper\(\)'\)",
         ):
-            overlay_sources.list_expansions(source, "f.cpp", lists)
+            added_lines.list_expansions(source, "f.cpp", lists)
 
     def test_expansion_in_a_directive_is_refused(self):
         source = LIST_SOURCE.replace(
             "static int helper()", "#define ALL AT_FORALL_LOWER(F)\nint h()"
         )
         with self.assertRaisesRegex(StackError, r"f\.cpp:5: .* used in a preprocessor directive"):
-            overlay_sources.list_expansions(source, "f.cpp", {"AT_FORALL_LOWER": ("_", ["_(a)"])})
+            added_lines.list_expansions(source, "f.cpp", {"AT_FORALL_LOWER": ("_", ["_(a)"])})
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -372,11 +373,11 @@ class GitTest(unittest.TestCase):
         (self.fork / "gone.cpp").unlink()
         (self.fork / "New.cpp").write_text("int y;\n")
         self.assertEqual(
-            overlay_sources.changed_files(self.fork, "attn/0"),
+            changes.changed_files(self.fork, "attn/0"),
             {"a.cpp": "M", "gone.cpp": "D", "New.cpp": "A"},
         )
         self.assertEqual(
-            overlay_sources.added_lines(self.fork, "attn/0", "a.cpp"),
+            changes.added_lines(self.fork, "attn/0", "a.cpp"),
             [line_of(text, "OP_DECOMPOSE(attn)")],
         )
 
@@ -385,7 +386,7 @@ class GitTest(unittest.TestCase):
         with self.assertRaisesRegex(
             StackError, r"a\.cpp:\d+ \(in attn/0\): the stack changes " "or removes upstream code"
         ):
-            overlay_sources.added_lines(self.fork, "attn/0", "a.cpp")
+            changes.added_lines(self.fork, "attn/0", "a.cpp")
 
     def test_header_list_entry_is_expanded_where_upstream_sources_expand_the_list(self):
         # the .cpp is not changed by the stack: only the header is
@@ -399,22 +400,22 @@ class GitTest(unittest.TestCase):
         git(self.fork, "commit", "-qm", "lists")
         git(self.fork, "tag", "-f", "attn/0")
         (self.fork / header).write_text(with_attn(LIST_HEADER))
-        changes = overlay_sources.changed_files(self.fork, "attn/0")
-        lists = overlay.list_additions(self.fork, "attn/0", changes)
+        changed = changes.changed_files(self.fork, "attn/0")
+        lists = changes.list_additions(self.fork, "attn/0", changed)
         self.assertEqual(lists, {"AT_FORALL_LOWER": (header, "_", ["_(attn)"])})
-        new_files, tus, gpu = overlay._stack_sources(self.fork, "attn/0", changes, lists)
+        new_files, tus, gpu = generate.stack_sources(self.fork, "attn/0", changed, lists)
         self.assertEqual((new_files, list(tus), gpu), ([], [source], []))  # .cu: a comment
         self.assertIn("#define AT_FORALL_LOWER(_) _(attn)\n", tus[source])
         (self.fork / "aten/src/ATen/cuda/Gpu.cu").write_text("AT_FORALL_LOWER(x)\n")
-        gpu = overlay._stack_sources(self.fork, "attn/0", changes, lists)[2]
+        gpu = generate.stack_sources(self.fork, "attn/0", changed, lists)[2]
         self.assertEqual(gpu, ["aten/src/ATen/cuda/Gpu.cu (expands AT_FORALL_LOWER)"])
         (self.fork / "aten/src/ATen/Other.h").write_text("#define ALL(_) AT_FORALL_LOWER(_)\n")
         git(self.fork, "add", "-A")
         with self.assertRaisesRegex(StackError, r"Other\.h: uses AT_FORALL_LOWER, to which"):
-            overlay._stack_sources(self.fork, "attn/0", changes, lists)
+            generate.stack_sources(self.fork, "attn/0", changed, lists)
 
     def test_new_ops_reads_base_and_working_tree(self):
-        nf = self.fork / overlay.NATIVE_YAML
+        nf = self.fork / changes.NATIVE_YAML
         nf.parent.mkdir(parents=True)
         nf.write_text(PRISTINE)
         git(self.fork, "add", "-A")
@@ -437,8 +438,8 @@ class FilesTest(unittest.TestCase):
         cache.write_text("wheel")
         tree = self.root / "tree.h"
         os.link(cache, tree)
-        self.assertFalse(overlay.write_if_changed(tree, "wheel"))
-        self.assertTrue(overlay.write_if_changed(tree, "patched"))
+        self.assertFalse(generate.write_if_changed(tree, "wheel"))
+        self.assertTrue(generate.write_if_changed(tree, "patched"))
         self.assertEqual(cache.read_text(), "wheel")
         self.assertEqual(tree.read_text(), "patched")
 
@@ -449,12 +450,12 @@ class FilesTest(unittest.TestCase):
         cache = self.root / "Functions.h"
         cache.write_text("wheel")
         os.link(cache, include / "Functions.h")
-        headers = overlay.Headers(fork, build)
+        headers = generate.Headers(fork, build)
         headers.refresh({"ATen/Functions.h": b"new", "ATen/ops/attn.h": b"op"})
         self.assertEqual((include / "Functions.h").read_text(), "new")
         self.assertEqual((include / "ops/attn.h").read_text(), "op")
         self.assertEqual(cache.read_text(), "wheel")
-        again = overlay.Headers(fork, build)  # state survives across builds
+        again = generate.Headers(fork, build)  # state survives across builds
         self.assertEqual(again.wheel_bytes("ATen/Functions.h"), b"wheel")
         self.assertIsNone(again.wheel_bytes("ATen/ops/attn.h"))
         again.refresh({})
@@ -467,16 +468,16 @@ class SupportSourcesTest(unittest.TestCase):
     def test_chosen_by_directory_and_refused_with_registrations(self):
         with tempfile.TemporaryDirectory() as tmp:
             fork = Path(tmp)
-            for rel in overlay.SUPPORT_SOURCES["aten/src/ATen/functorch/"]:
+            for rel in compile.SUPPORT_SOURCES["aten/src/ATen/functorch/"]:
                 (fork / rel).parent.mkdir(parents=True, exist_ok=True)
                 (fork / rel).write_text("namespace at::functorch { int helper() { return 1; } }\n")
-            self.assertEqual(overlay._support_sources(fork, ["aten/src/ATen/native/Attn.cpp"]), [])
+            self.assertEqual(compile._support_sources(fork, ["aten/src/ATen/native/Attn.cpp"]), [])
             added = ["aten/src/ATen/functorch/BatchRulesLinearAlgebra.cpp"]
-            self.assertEqual(len(overlay._support_sources(fork, added)), 2)
-            rel = overlay.SUPPORT_SOURCES["aten/src/ATen/functorch/"][0]
+            self.assertEqual(len(compile._support_sources(fork, added)), 2)
+            rel = compile.SUPPORT_SOURCES["aten/src/ATen/functorch/"][0]
             (fork / rel).write_text("TORCH_LIBRARY_IMPL(aten, FuncTorchBatched, m) {}\n")
             with self.assertRaisesRegex(StackError, "now holds registrations"):
-                overlay._support_sources(fork, added)
+                compile._support_sources(fork, added)
 
 
 class LoaderTest(unittest.TestCase):
@@ -489,7 +490,7 @@ class LoaderTest(unittest.TestCase):
                 pth, f"import _stack_overlay; _stack_overlay.activate({str(build.resolve())!r})\n"
             )
             self.assertEqual(
-                (site / "_stack_overlay.py").read_text(), Path(overlay_loader.__file__).read_text()
+                (site / "_stack_overlay.py").read_text(), Path(loader.__file__).read_text()
             )
 
     def test_stale_overlay_is_named_with_both_commits(self):
@@ -506,31 +507,31 @@ class LoaderTest(unittest.TestCase):
                 for rev in ("HEAD~1", "HEAD")
             )  # fmt: skip
             manifest = {"fork": tmp, "build": "/b", "commit": second}
-            self.assertIsNone(overlay_loader.stale_message(manifest))
+            self.assertIsNone(loader.stale_message(manifest))
             manifest["commit"] = first
-            message = overlay_loader.stale_message(manifest)
+            message = loader.stale_message(manifest)
             self.assertIn(f"at {first[:12]}, but its HEAD is now {second[:12]}", message)
             self.assertIn("./stack build", message)
             # packed refs and a detached HEAD are read too
             subprocess.run(["git", "-C", tmp, "pack-refs", "--all"], check=True)
-            self.assertEqual(overlay_loader.fork_head(tmp), second)
+            self.assertEqual(loader.fork_head(tmp), second)
             subprocess.run(["git", "-C", tmp, "checkout", "-q", "--detach", first], check=True)
-            self.assertIsNone(overlay_loader.stale_message(manifest))
+            self.assertIsNone(loader.stale_message(manifest))
             # a worktree (the gate's): .git is a file; its HEAD, detached or on a branch
             tree = str(Path(tmp, "tree"))
             subprocess.run(["git", "-C", tmp, "worktree", "add", "-q", "--detach", tree, second],
                            check=True)  # fmt: skip
-            self.assertEqual(overlay_loader.fork_head(tree), second)
+            self.assertEqual(loader.fork_head(tree), second)
             subprocess.run(["git", "-C", tree, "checkout", "-q", "-b", "other", first], check=True)
-            self.assertEqual(overlay_loader.fork_head(tree), first)
-            self.assertEqual(overlay_loader.fork_head(tmp), first)  # tmp's own detached HEAD
+            self.assertEqual(loader.fork_head(tree), first)
+            self.assertEqual(loader.fork_head(tmp), first)  # tmp's own detached HEAD
 
     def test_activate_is_a_silent_no_op_without_a_built_overlay(self):
         with tempfile.TemporaryDirectory() as tmp:
             before = list(sys.meta_path)
-            overlay_loader.activate(tmp)
-            Path(tmp, overlay_loader.MANIFEST).write_text(json.dumps({"core": ""}))
-            overlay_loader.activate(tmp)
+            loader.activate(tmp)
+            Path(tmp, loader.MANIFEST).write_text(json.dumps({"core": ""}))
+            loader.activate(tmp)
             self.assertEqual(sys.meta_path, before)
 
     def test_activate_loads_the_build_the_environment_names(self):
@@ -538,14 +539,14 @@ class LoaderTest(unittest.TestCase):
             other = Path(tmp, "gate")
             other.mkdir()
             manifest = {"core": "x.so", "bindings": "y.so", "ops": ["attn"], "fork": tmp}
-            Path(other, overlay_loader.MANIFEST).write_text(json.dumps(manifest))
+            Path(other, loader.MANIFEST).write_text(json.dumps(manifest))
             code = (
-                f"import sys; sys.path.insert(0, {str(Path(overlay_loader.__file__).parent)!r}); "
-                f"import overlay_loader as l; l.activate({tmp!r}); "
+                f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
+                f"import loader as l; l.activate({tmp!r}); "
                 "print(getattr(sys.meta_path[0], 'manifest', {}).get('build'))"
             )
             # tmp holds no manifest: no finder; with the variable set, gate's is loaded
-            for env, expected in (({}, "None"), ({overlay_loader.ENV: str(other)}, str(other))):
+            for env, expected in (({}, "None"), ({loader.ENV: str(other)}, str(other))):
                 out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
                                      text=True, check=True, env={**os.environ, **env})  # fmt: skip
                 self.assertEqual(out.stdout.strip(), expected)
@@ -553,10 +554,10 @@ class LoaderTest(unittest.TestCase):
     def test_activate_installs_a_finder_that_leaves_other_modules_alone(self):
         with tempfile.TemporaryDirectory() as tmp:
             manifest = {"core": "x.so", "bindings": "y.so", "ops": ["attn"], "fork": tmp}
-            Path(tmp, overlay_loader.MANIFEST).write_text(json.dumps(manifest))
+            Path(tmp, loader.MANIFEST).write_text(json.dumps(manifest))
             code = (
-                f"import sys; sys.path.insert(0, {str(Path(overlay_loader.__file__).parent)!r}); "
-                f"import overlay_loader as l; l.activate({tmp!r}); import fractions; "
+                f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
+                f"import loader as l; l.activate({tmp!r}); import fractions; "
                 "print(type(sys.meta_path[0]).__name__)"
             )
             out = subprocess.run(

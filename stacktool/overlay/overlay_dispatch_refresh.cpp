@@ -1,4 +1,4 @@
-// Part of the overlay build's core library (stacktool/overlay.py); called by the loader
+// Part of the overlay build's core library (stacktool/overlay/); called by the loader
 // right after it loads the library.
 //
 // Why: in v2.6.0, c10::getRuntimeDispatchKeySet() has no case for the alias key

@@ -1,4 +1,4 @@
-// Python glue of the overlay build (stacktool/overlay.py): what torch/csrc does for the
+// Python glue of the overlay build (stacktool/overlay/): what torch/csrc does for the
 // generated bindings of every op, done for the stack's new ops only.
 //
 // Compiled together with the generated python_torch_functionsEverything.cpp,

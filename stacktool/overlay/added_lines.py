@@ -1,4 +1,4 @@
-"""What C++ the stack adds, read from git: new files, and lines added to upstream files.
+"""What to generate, in C++: translation units of the lines the stack adds to upstream files.
 
 The overlay build compiles only what the stack adds. New source files are compiled whole.
 An upstream file the stack edits (say, `OP_DECOMPOSE(attn);` in a functorch registration
@@ -20,8 +20,8 @@ compile error in the generated TU, which `#line` maps back to the real file):
 
 - added lines must sit at file/namespace scope or directly inside a registration block;
   lines added inside an existing function or class body cannot be overlaid;
-- removing or changing upstream code lines cannot be overlaid (the wheel keeps them);
-  removed blank and `//` comment lines are ignored;
+- removing or changing upstream code lines cannot be overlaid (the wheel keeps them;
+  changes.added_lines refuses it); removed blank and `//` comment lines are ignored;
 - added code may use the file's includes, macros and `using` declarations and anything
   declared in headers, but not the file's own static / anonymous-namespace helpers or
   other file-local definitions (they are not copied: copying would duplicate their
@@ -31,92 +31,28 @@ compile error in the generated TU, which `#line` maps back to the real file):
 Macro lists. An entry the stack adds to a list in an upstream header (`_(attn)` in
 `#define AT_FORALL_LOWER_PRECISION_FP(_) ...`) changes what every upstream file that
 expands the list registers, and those files are compiled into the wheel.
-`added_list_entries` reads which entries a header's lists gain (and refuses any other
-change to an existing macro); `list_expansions` finds where an upstream file expands such
-a list and gives the lines that expand it again, in its registration block, with only the
-added entries: the block's helper `#define`s it names, then `#pragma push_macro`,
-`#undef NAME`, `#define NAME(_) <added entries>`, the expansion, `#pragma pop_macro`.
-added_lines_tu writes them into the file's translation unit (its `inserts`). An expansion
-outside a registration block, inside a directive, or sharing its lines with other code is
-refused: it cannot be redone without redoing the code around it. A list defined in several
-#if branches, or used in another macro or header, is refused as well.
+`added_list_entries` (changes.py) reads which entries a header's lists gain (and refuses
+any other change to an existing macro); `list_expansions` finds where an upstream file
+expands such a list and gives the lines that expand it again, in its registration block,
+with only the added entries: the block's helper `#define`s it names, then
+`#pragma push_macro`, `#undef NAME`, `#define NAME(_) <added entries>`, the expansion,
+`#pragma pop_macro`. added_lines_tu writes them into the file's translation unit (its
+`inserts`). An expansion outside a registration block, inside a directive, or sharing its
+lines with other code is refused: it cannot be redone without redoing the code around it.
+A list defined in several #if branches, or used in another macro or header, is refused as
+well.
 """
 
 import re
-import subprocess
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from stacktool.errors import StackError
+from stacktool.overlay.changes import code_lines
 
 _LIBRARY = re.compile(r"\bTORCH_LIBRARY(_IMPL|_FRAGMENT)?\s*\(([^()]*)\)\s*$")
 _NAMESPACE = re.compile(r"(?:\binline\s+)?\bnamespace\b[\w:\s]*$|\bextern\s+\"C\"\s*$")
 _USING = re.compile(r"^(using\b|typedef\b|namespace\s+\w+\s*=)")
-
-
-def git(fork: Path, *args: str) -> str:
-    result = subprocess.run(["git", "-C", str(fork), *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise StackError(f"git {' '.join(args)} failed in {fork}:\n{result.stderr.strip()}")
-    return result.stdout
-
-
-def changed_files(fork: Path, base: str) -> dict[str, str]:
-    """{path: status} of what the working tree changes relative to `base` (A, M, D, ...).
-
-    The working tree, not HEAD: an overlay build is for what is checked out and edited,
-    committed or not. Untracked files that git does not ignore count as added.
-    """
-    found: dict[str, str] = {}
-    for line in git(fork, "diff", "--name-status", "--no-renames", base).splitlines():
-        status, path = line.split("\t", 1)
-        found[path] = status[0]
-    for path in git(fork, "ls-files", "--others", "--exclude-standard").splitlines():
-        found.setdefault(path, "A")
-    return found
-
-
-def parse_unified_diff(diff: str) -> tuple[list[int], list[tuple[int, str]]]:
-    """(added line numbers in the new file, [(old line number, text)] of removed lines).
-
-    Expects `git diff -U0` output for one file.
-    """
-    added: list[int] = []
-    removed: list[tuple[int, str]] = []
-    old = new = 0
-    for line in diff.splitlines():
-        m = re.match(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@", line)
-        if m:
-            old, new = int(m.group(1)), int(m.group(2))
-            continue
-        if line.startswith(("+++", "---", "diff ", "index ", "new file", "deleted file")):
-            continue
-        if line.startswith("+"):
-            added.append(new)
-            new += 1
-        elif line.startswith("-"):
-            removed.append((old, line[1:]))
-            old += 1
-        elif line.startswith(" "):
-            old += 1
-            new += 1
-    return added, removed
-
-
-def added_lines(fork: Path, base: str, path: str) -> list[int]:
-    """Line numbers the stack adds to upstream file `path`; StackError if it removes code."""
-    added, removed = parse_unified_diff(git(fork, "diff", "-U0", base, "--", path))
-    for number, text in removed:
-        stripped = text.strip()
-        if stripped and not stripped.startswith("//"):
-            raise StackError(
-                f"{path}:{number} (in {base}): the stack changes or removes upstream code "
-                f"({stripped[:60]!r}); this cannot be overlaid on the wheel, which keeps it. "
-                "Add code instead of changing it, or do a full from-source build."
-            )
-    return added
 
 
 @dataclass(eq=False)
@@ -344,7 +280,7 @@ def added_lines_tu(
 
     out = [
         f"// @generated by stacktool.overlay from {path}: only the lines the stack adds to it,",
-        "// in their namespaces and registration blocks (see stacktool/overlay_sources.py).",
+        "// in their namespaces and registration blocks (see stacktool/overlay/added_lines.py).",
     ]
 
     def open_frames(frames: tuple[Frame, ...], before: int) -> int:
@@ -408,106 +344,6 @@ def added_lines_tu(
 
 
 # --------------------------------------------------------------------------- macro lists
-
-_NOISE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
-_DEFINE = re.compile(r"#\s*define\s+(\w+)(?:\(([^()]*)\))?(.*)", re.S)
-
-
-def code_lines(text: str, keep_literals: bool = False) -> list[str]:
-    """The lines of `text` with comments (and string/char literals, unless `keep_literals`)
-    blanked out, columns and line numbers unchanged: a name in a comment is not a use."""
-
-    def blank(m: re.Match) -> str:
-        if keep_literals and m.group()[0] in "\"'":
-            return m.group()
-        return re.sub(r"[^\n]", " ", m.group())
-
-    return _NOISE.sub(blank, text).split("\n")
-
-
-def macro_definitions(text: str) -> dict[str, list[tuple[str | None, str]]]:
-    """{name: [(parameters or None, body)]} of the `#define`s of `text`, in file order (a
-    macro defined in several #if branches has several), without comments, continuation
-    lines joined and whitespace collapsed, so that re-aligned backslashes compare equal."""
-    found: dict[str, list[tuple[str | None, str]]] = {}
-    lines = code_lines(text, keep_literals=True)
-    n = 0
-    while n < len(lines):
-        start = n
-        while lines[start].lstrip().startswith("#") and lines[n].rstrip().endswith("\\"):
-            if n + 1 == len(lines):
-                break
-            n += 1
-        joined = " ".join(line.rstrip().removesuffix("\\") for line in lines[start : n + 1])
-        n += 1
-        m = _DEFINE.fullmatch(joined.strip())
-        if m:
-            params = None if m.group(2) is None else "".join(m.group(2).split())
-            found.setdefault(m.group(1), []).append((params, " ".join(m.group(3).split())))
-    return found
-
-
-def _list_entries(params: str | None, body: str) -> list[str] | None:
-    """The entries of a macro list `#define NAME(P) P(a) P(b, c) ...` (as "P(a)", "P(b,c)":
-    spaces around parentheses and commas dropped), or None if the macro is not one."""
-    if params is None or not re.fullmatch(r"\w+", params):
-        return None
-    entries: list[str] = []
-    start = re.compile(rf"\s*{params}\s*\(")
-    i = 0
-    while body[i:].strip():
-        m = start.match(body, i)
-        if not m:
-            return None
-        depth, j = 1, m.end()
-        while depth and j < len(body):
-            depth += {"(": 1, ")": -1}.get(body[j], 0)
-            j += 1
-        if depth:
-            return None
-        entries.append(re.sub(r"\s*([(),])\s*", r"\1", body[m.start() : j].strip()))
-        i = j
-    return entries
-
-
-def added_list_entries(old: str, new: str, path: str) -> dict[str, tuple[str, list[str]]]:
-    """{macro: (its parameter, the entries the stack adds)} for the macro lists of header
-    `path` that gain entries from `old` (upstream) to `new` (the stack).
-
-    StackError for any other change to an existing macro (an entry removed or changed, a
-    macro that is not a list changed or removed, a list defined in several #if branches):
-    the wheel's code was compiled with the old definition, which an overlay cannot undo.
-    New macros need nothing: only new code can use them.
-    """
-    before, after = macro_definitions(old), macro_definitions(new)
-    found: dict[str, tuple[str, list[str]]] = {}
-    for name, defs in before.items():
-        now = after.get(name, [])
-        if now == defs:
-            continue
-        where = f"{path}: the stack changes the existing macro {name}"
-        if len(defs) != 1 or len(now) != 1:
-            raise StackError(f"{where}, which is defined {len(defs)} time(s) upstream and "
-                             f"{len(now)} time(s) by the stack; cannot be overlaid")  # fmt: skip
-        (p0, b0), (p1, b1) = defs[0], now[0]
-        e0, e1 = _list_entries(p0, b0), _list_entries(p1, b1)
-        if e0 is None or e1 is None or p0 != p1:
-            raise StackError(f"{where}; only entries added to a list `#define {name}(_) "
-                             "_(a) _(b) ...` can be overlaid (the wheel keeps the code "
-                             "compiled with the old definition)")  # fmt: skip
-        removed, added = Counter(e0) - Counter(e1), Counter(e1) - Counter(e0)
-        if removed:
-            raise StackError(f"{where}: it removes or changes the entries "
-                             f"{', '.join(sorted(removed))}; the wheel keeps the code compiled "
-                             "with them, so only added entries can be overlaid")  # fmt: skip
-        new_entries = []
-        for entry in e1:
-            if added[entry]:
-                added[entry] -= 1
-                new_entries.append(entry)
-        if new_entries:  # a reordered list registers the same kernels
-            found[name] = (p1, new_entries)
-    return found
 
 
 def _matching_paren(code: list[str], number: int, col: int) -> tuple[int, int] | None:
@@ -603,16 +439,3 @@ def list_expansions(
         inserts.setdefault(last + 1, []).append(f'#pragma pop_macro("{name}")')
         lines += range(number, last + 1)
     return lines, inserts
-
-
-def files_naming(fork: Path, names: Iterable[str], roots: Iterable[str]) -> list[str]:
-    """Tracked files under `roots` of the working tree `fork` that contain one of the words
-    `names` (git grep: comments included, the caller reads the code)."""
-    patterns = [arg for name in names for arg in ("-e", name)]
-    if not patterns:
-        return []
-    result = subprocess.run(["git", "-C", str(fork), "grep", "-l", "-w", "-F", *patterns, "--",
-                             *roots], capture_output=True, text=True)  # fmt: skip
-    if result.returncode not in (0, 1):  # 1: no match
-        raise StackError(f"git grep failed in {fork}:\n{result.stderr.strip()}")
-    return result.stdout.splitlines()

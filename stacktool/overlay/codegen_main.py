@@ -3,7 +3,7 @@
 Run as a script with the venv's Python and the fork as working directory, so that the
 fork's `torchgen` and `tools` are the ones imported:
 
-    python overlay_codegen.py --ops attn --aten-out A --aoti-out C --autograd-out B \
+    python codegen_main.py --ops attn --aten-out A --aoti-out C --autograd-out B \
         --empty-deprecated E
 
 Why this way and not `--op-selection-yaml-path`: selective build only trims the

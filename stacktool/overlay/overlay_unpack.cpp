@@ -1,4 +1,4 @@
-// Part of the overlay build's core library (stacktool/overlay.py).
+// Part of the overlay build's core library (stacktool/overlay/).
 //
 // Generated VariableType code calls torch::autograd::VariableType::unpack / unpack_opt,
 // which libtorch_cpu defines in VariableTypeManual.cpp but does not export (they are

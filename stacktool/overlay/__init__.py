@@ -1,0 +1,142 @@
+"""The overlay build: what a full PyTorch build does, for the stack's new operators only.
+
+A from-source build of PyTorch takes hours on 2 cores. Everything in `torch` except what
+the stack adds is already in the PyPI wheel of the same commit (linked into the fork the
+way tools/nightly.py does), so `build` only:
+
+1. runs upstream's codegen (`torchgen.gen`, `tools/setup_helpers/generate_code.py`, with
+   per-operator headers) over the complete patched yaml files: this validates them
+   exactly as a full build would, and gives the headers and Python-side files;
+2. runs the same generators again restricted to the new ops (codegen_main.py);
+3. compiles only the new ops' generated code, the C++ files the stack adds, the lines it
+   adds to upstream C++ files, and the upstream expansions of the macro lists it adds
+   entries to, with those entries alone (added_lines.py), against the wheel's headers and
+   libraries with the wheel's ABI flags, with ninja, into two libraries:
+   `libstack_overlay.so` (kernels, schemas, registrations; links libtorch_cpu) and the
+   extension `_stack_overlay_bindings` (the Python functions and Node classes);
+4. refreshes the generated files of the tree that the wheel ships stale for the new ops
+   (annotated_fn_args.py, the .pyi stubs, the headers in torch/include).
+
+`install_loader` puts into the venv the .pth + module (loader.py) that load the
+two libraries during `import torch`. `new_ops` says which ops are new, and refuses a
+stack that changes an existing op: an overlay cannot change what the wheel has compiled.
+
+Incremental: codegen is skipped when its inputs did not change (content digest), files
+are written only when their content changes, and ninja rebuilds what depends on what
+changed; a no-op rebuild takes about a second, a kernel edit one compile and a link.
+
+The modules, in the order the data flows through `build`:
+
+- changes.py: what changed. The stack's changed files, the lines it adds to upstream
+  files, its new ops (the native_functions.yaml diff) and the entries it adds to macro
+  lists, read from git; what cannot be overlaid is refused there (changed code
+  generators, a changed existing op or derivative, removed upstream code, any other change
+  to an existing macro).
+- generate.py: what to generate. The codegen runs (steps 1 and 2), the headers laid over
+  the wheel's, and the sources to compile: the new ops' generated code, the stack's new
+  C++ files, and a translation unit per upstream file it adds lines to or that expands a
+  macro list it adds entries to;
+  - codegen_main.py: the script for step 2, run with the venv's Python in the fork:
+    PyTorch's own generators, restricted to the stack's new ops;
+  - added_lines.py: the C++ scanner that writes those translation units: the lines the
+    stack adds, in their namespaces and registration blocks, and the expansions of the
+    macro lists it adds entries to, with the added entries alone.
+- compile.py: what to compile (step 3). The wheel's ABI flags and upstream's warnings,
+  the private support sources, build.ninja, ninja; the C++ of this package goes into the
+  libraries too: overlay_unpack.cpp and overlay_dispatch_refresh.cpp into the core one,
+  overlay_bindings_glue.cpp (the Python glue) into the extension.
+- load.py: how it loads. The manifest the loader reads, the import check of a new build,
+  `install_loader`, and the refresh of the tree's generated files (step 4);
+  - loader.py: the hook itself, installed in the venv as `_stack_overlay.py`: it puts
+    the overlay-built ops into torch while `import torch` runs. Standard library only,
+    no stacktool import: it is loaded without this package.
+"""
+
+import time
+from pathlib import Path
+
+from stacktool.errors import StackError
+from stacktool.overlay import changes, compile, generate, load
+from stacktool.overlay.changes import BASE, new_ops
+from stacktool.overlay.load import install_loader
+from stacktool.overlay.loader import MANIFEST
+
+__all__ = ["build", "install_loader", "new_ops"]
+
+
+def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
+    """Overlay-build the stack checked out in `fork` into `build_dir` (see module doc).
+
+    `python` is the venv's interpreter (it runs the fork's code generators); `jobs` is
+    ninja's -j. Prints a one-line timing summary. StackError on anything to act on.
+    """
+    t0 = time.monotonic()
+    fork, build_dir = fork.resolve(), build_dir.resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+
+    # what changed; refused here if it cannot be overlaid
+    changed = changes.changed_files(fork, BASE)
+    changes.refuse_generator_changes(changed)
+    ops = new_ops(fork, BASE)
+    changes.check_new_ops_overlayable(fork, BASE, ops)
+    lists = changes.list_additions(fork, BASE, changed)
+    load.forget_other_ops(build_dir, ops)
+    cg = build_dir / "codegen"
+
+    # what to generate: codegen, headers, sources
+    t = time.monotonic()
+    ran_codegen = generate.codegen(fork, python, cg, ops)
+    t_codegen = time.monotonic() - t
+
+    t = time.monotonic()
+    headers = generate.Headers(fork, build_dir)
+    stack_headers = generate.stack_headers(fork, changed)
+    overlay_headers = generate.headers_to_overlay(cg, headers, stack_headers, ops)
+    generate.sync_dir(build_dir / "include", overlay_headers)
+
+    new_files, added_tus, gpu_users = generate.stack_sources(fork, BASE, changed, lists)
+    summary = f"{len(ops)} new op(s)"
+    skipped_gpu = generate.gpu_sources(changed) + gpu_users
+    if not ops and not new_files and not added_tus:
+        (build_dir / MANIFEST).unlink(missing_ok=True)  # the loader is then a no-op
+        compiled = "nothing to compile"
+        t_compile = 0.0
+    else:
+        if not ops:
+            raise StackError("the stack adds C++ but no operator; the overlay build only "
+                             "builds new operators")  # fmt: skip
+        texts = generate.sources(cg, ops, added_tus)
+        skipped_gpu += generate.gpu_registrations(cg)
+        generate.sync_dir(build_dir / "src", {k: v.encode() for k, v in texts.items()})
+
+        # what to compile
+        ext_suffix, steps, total = compile.compile_libraries(
+            fork, python, build_dir, new_files, list(texts), list(added_tus), jobs
+        )
+        compiled = f"compiled {steps}/{total} TUs"
+        t_compile = time.monotonic() - t
+
+        # how it loads: the manifest, checked by importing torch
+        changed_manifest = load.write_manifest(fork, build_dir, ops, ext_suffix)
+        if steps or changed_manifest:
+            load.verify(python, fork, build_dir, ops)
+            compiled += ", import checked"
+        summary += f" ({', '.join(ops)})"
+
+    t = time.monotonic()
+    refreshed = load.refresh_tree(
+        fork, python, build_dir, cg, headers, overlay_headers, stack_headers
+    )
+    t_refresh = time.monotonic() - t
+    print(
+        f"overlay build: {summary}; codegen {f'{t_codegen:.1f}s' if ran_codegen else 'up to date'}"
+        f", {compiled} in {t_compile:.1f}s (-j{jobs}), {refreshed} tree file(s) refreshed"
+        f" in {t_refresh:.1f}s; total {time.monotonic() - t0:.1f}s"
+        + (
+            f"; {len(skipped_gpu)} GPU source(s) NOT compiled (CPU-only overlay): "
+            f"{', '.join(skipped_gpu)}"
+            if skipped_gpu
+            else ""
+        ),
+        flush=True,
+    )
