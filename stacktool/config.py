@@ -36,6 +36,9 @@ TEST_REQUIREMENTS = (
     "ninja",
     "unittest-xml-reporting<=3.2.0,>=2.0.0",
     "matplotlib==3.11.2",  # ./stack bench's plot
+    # The overlay build of a CPU kernel file: ATen/cpu/vml.h includes mkl.h (the wheel was
+    # built with MKL 2024.2, whose VML functions libtorch_cpu exports).
+    "mkl-include==2024.2.0",
 )
 
 # The pristine commit is made with a fixed identity and date so its id is the same everywhere.

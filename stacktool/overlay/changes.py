@@ -99,10 +99,23 @@ def parse_unified_diff(diff: str) -> tuple[list[int], list[tuple[int, str]]]:
 
 
 def added_lines(fork: Path, base: str, path: str) -> list[int]:
-    """Line numbers the stack adds to upstream file `path`; StackError if it removes code."""
+    """Line numbers the stack adds to upstream file `path`; StackError if it removes code.
+
+    In a CPU kernel file (CPU_KERNELS) a removed registration of a DispatchStub is allowed
+    when the added lines register that stub again: the stack replaces the stub's kernel,
+    and the overlay re-points the stub to the added one (see repointed_stubs).
+    """
     added, removed = parse_unified_diff(git(fork, "diff", "-U0", base, "--", path))
+    replaced: set[str] = set()
+    old_macros: dict[str, list[tuple[str | None, str]]] = {}
+    if path.startswith(CPU_KERNELS) and removed:
+        replaced = repointed_stubs((fork / path).read_text(), added)
+        old_macros = macro_definitions(git(fork, "show", f"{base}:{path}"))
     for number, text in removed:
         stripped = text.strip()
+        stubs = registered_stubs(code_lines(stripped)[0], old_macros) if replaced else set()
+        if stubs and stubs <= replaced:
+            continue  # a kernel the added lines register again
         if stripped and not stripped.startswith("//"):
             raise StackError(
                 f"{path}:{number} (in {base}): the stack changes or removes upstream code "
@@ -110,6 +123,41 @@ def added_lines(fork: Path, base: str, path: str) -> list[int]:
                 "Add code instead of changing it, or do a full from-source build."
             )
     return added
+
+
+# DispatchStub kernels (cmake/Codegen.cmake compiles each file here once per CPU capability).
+CPU_KERNELS = "aten/src/ATen/native/cpu/"
+_STUB_REGISTRATION = re.compile(r"\b(?:ALSO_)?REGISTER_\w*DISPATCH\s*\(\s*(\w+)\s*,")
+_CALL = re.compile(r"\b(\w+)\s*\(([^()]*)\)")
+
+
+def registered_stubs(code: str, macros: dict[str, list[tuple[str | None, str]]],
+                     depth: int = 0) -> set[str]:  # fmt: skip
+    """The DispatchStubs that `code` registers (`REGISTER_DISPATCH(tanh_stub, ...)`), also
+    through the file's function-like `macros` (`STATIC_IMPLEMENT_COMPLEX_KERNEL(tanh)`)."""
+    found = set(_STUB_REGISTRATION.findall(code))
+    for m in _CALL.finditer(code):
+        definitions = macros.get(m.group(1), [])
+        if depth > 8 or not definitions or definitions[0][0] is None:
+            continue
+        params, body = definitions[0]
+        for param, arg in zip(params.split(","), m.group(2).split(","), strict=False):
+            body = re.sub(rf"\b{re.escape(param)}\b", arg.strip(), body)
+        found |= registered_stubs(re.sub(r"\s*##\s*", "", body), macros, depth + 1)
+    return found
+
+
+def repointed_stubs(text: str, added: list[int]) -> set[str]:
+    """The DispatchStubs registered on the `added` lines of CPU kernel file `text`.
+
+    The wheel's libtorch_cpu already defines each stub's per-capability kernel pointers
+    (DispatchStub<...>::DEFAULT, ::AVX2, ::AVX512, exported): the overlay compiles the
+    added lines once per capability and re-points those pointers when it loads.
+    """
+    lines = code_lines(text)
+    macros = macro_definitions(text)
+    return set().union(*(registered_stubs(lines[k - 1], macros) for k in added
+                         if 0 < k <= len(lines)))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- new ops

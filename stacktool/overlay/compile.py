@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from stacktool.errors import StackError
+from stacktool.overlay.changes import CPU_KERNELS
 from stacktool.overlay.generate import run, write_if_changed
 
 CORE_LIB = "libstack_overlay.so"
@@ -47,13 +48,20 @@ _REGISTRATION = re.compile(
 # pointers): every TU that uses a DispatchStub must see the same declarations.
 if platform.machine().lower() in ("x86_64", "amd64"):
     CXXFLAGS += " -DHAVE_AVX512_CPU_DEFINITION -DHAVE_AVX2_CPU_DEFINITION"
-# aten/src/ATen/native/cpu/*.cpp is compiled once per CPU capability (cmake/Codegen.cmake).
+# aten/src/ATen/native/cpu/*.cpp is compiled once per CPU capability, at -O3, with these
+# flags (cmake/Codegen.cmake: OPT_FLAG, CPU_CAPABILITY_FLAGS).
 CPU_CAPABILITIES = {
-    "DEFAULT": "",
-    "AVX2": "-mavx2 -mfma -mf16c -mno-avx256-split-unaligned-load "
+    "DEFAULT": "-O3",
+    "AVX2": "-O3 -mavx2 -mfma -mf16c -mno-avx256-split-unaligned-load "
             "-mno-avx256-split-unaligned-store",
-    "AVX512": "-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma",
+    "AVX512": "-O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma",
 }  # fmt: skip
+
+
+def _capability_flags() -> dict[str, str]:
+    """{capability: compiler flags} for a file compiled once per CPU capability."""
+    return {cap: f"-DCPU_CAPABILITY={cap} -DCPU_CAPABILITY_{cap} {flags}".strip()
+            for cap, flags in CPU_CAPABILITIES.items()}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- support sources
@@ -87,6 +95,7 @@ def _ninja_file(
     fork: Path,
     build_dir: Path,
     python_include: str,
+    venv_include: Path,
     ext_suffix: str,
     core_sources: list[tuple[Path, str, str]],
     binding_sources: list[Path],
@@ -102,7 +111,8 @@ def _ninja_file(
         f"cxx = {cxx}",
         f"cxxflags = {CXXFLAGS} {WARNINGS}",
         f"includes = -I{build_dir / 'include'} -I{torch_include} "
-        f"-I{torch_include / 'torch/csrc/api/include'} -I{python_include}",
+        f"-I{torch_include / 'torch/csrc/api/include'} -I{python_include} "
+        f"-I{venv_include}",
         "rule cxx",
         "  command = $cxx -MMD -MF $out.d $cxxflags $extra $includes -c $in -o $out",
         "  depfile = $out.d",
@@ -177,15 +187,19 @@ def compile_libraries(
     for path in new_files:
         rel = path.relative_to(fork).as_posix()
         stem = rel.replace("/", "__").removesuffix(".cpp")
-        if "/native/cpu/" in rel:
-            for cap, flags in CPU_CAPABILITIES.items():
-                core_sources.append((path, f"{stem}.{cap}",
-                                     f"-DCPU_CAPABILITY={cap} -DCPU_CAPABILITY_{cap} {flags}"))  # fmt: skip
+        if rel.startswith(CPU_KERNELS):
+            core_sources += [(path, f"{stem}.{cap}", flags)
+                             for cap, flags in _capability_flags().items()]  # fmt: skip
         else:
             core_sources.append((path, stem, ""))
+    kernels = "added/" + CPU_KERNELS.replace("/", "__")
     for name in sorted(sources):
-        if not name.startswith("bindings/"):
-            core_sources.append((src / name, name.replace("/", "__").removesuffix(".cpp"), ""))
+        stem = name.replace("/", "__").removesuffix(".cpp")
+        if name.startswith(kernels):  # a kernel file's added lines: once per capability
+            core_sources += [(src / name, f"{stem}.{cap}", flags)
+                             for cap, flags in _capability_flags().items()]  # fmt: skip
+        elif not name.startswith("bindings/"):
+            core_sources.append((src / name, stem, ""))
     binding_sources = [src / name for name in sorted(sources) if name.startswith("bindings/")]
     origins = [p.relative_to(fork).as_posix() for p in new_files] + list(edited)
     support_sources = _support_sources(fork, origins)
@@ -196,6 +210,7 @@ def compile_libraries(
             fork,
             build_dir,
             info["include"],
+            python.parent.parent / "include",  # the venv's: mkl.h (mkl-include)
             info["ext_suffix"],
             core_sources,
             binding_sources,

@@ -29,6 +29,7 @@ from pathlib import Path
 from stacktool.errors import StackError
 from stacktool.overlay.added_lines import added_lines_tu, list_expansions
 from stacktool.overlay.changes import (
+    CPU_KERNELS,
     GENERATOR_INPUTS,
     HEADER_ROOTS,
     HEADERS,
@@ -421,9 +422,25 @@ def stack_sources(fork: Path, base: str, changes: dict[str, str],
         names = {n: lists[n][1:] for n in users.get(path, [])}
         expanded, inserts = list_expansions(text, path, names, skip=added)
         tu = added_lines_tu(text, sorted(set(added) | set(expanded)), path, inserts)
+        if tu and path.startswith(CPU_KERNELS):
+            tu = REPOINT + tu
         if tu:
             added_tus[path] = tu
     return new_files, added_tus, gpu
+
+
+# The wheel's libtorch_cpu defines and exports each DispatchStub's kernel pointer per CPU
+# capability (DispatchStub<...>::DEFAULT, ::AVX2, ::AVX512), so a kernel file's added
+# registrations must not define them again: they assign them instead, when
+# libstack_overlay.so loads. The loader loads it right after torch._C, before any operator
+# runs, so before a stub caches its choice on its first call.
+REPOINT = """// Registrations re-point the wheel's DispatchStub pointers (stacktool/overlay/generate.py).
+#include <ATen/native/DispatchStub.h>
+#undef REGISTER_ARCH_DISPATCH
+#define REGISTER_ARCH_DISPATCH(name, arch, fn) \\
+  static const bool C10_CONCATENATE(stack_overlay_repoint_, name) = \\
+      (name##_DECLARE_DISPATCH_type::arch = (fn), true);
+"""
 
 
 def sources(cg: Path, ops: list[str], added_tus: dict[str, str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import textwrap
 import unittest
+import unittest.mock
 from pathlib import Path
 
 from stacktool import overlay
@@ -568,3 +569,120 @@ class LoaderTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+KERNELS = textwrap.dedent("""\
+    #include <ATen/native/UnaryOps.h>
+    namespace at::native {
+    inline namespace CPU_CAPABILITY {
+    #define IMPLEMENT_KERNEL(op) \\
+      inline namespace CPU_CAPABILITY { \\
+      static void op##_kernel(TensorIteratorBase& iter) {} \\
+      } \\
+      ALSO_REGISTER_AVX512_DISPATCH(op##_stub, &CPU_CAPABILITY::op##_kernel)
+    static void sin_kernel(TensorIteratorBase& iter) {
+      sin_impl(iter);
+    }
+    } // namespace CPU_CAPABILITY
+    REGISTER_DISPATCH(sin_stub, &CPU_CAPABILITY::sin_kernel)
+    IMPLEMENT_KERNEL(tanh)
+    IMPLEMENT_KERNEL(cos)
+    } // namespace at::native
+    """)
+NEW_TANH = textwrap.dedent("""\
+    inline namespace CPU_CAPABILITY {
+    static void tanh_kernel(TensorIteratorBase& iter) {
+      new_tanh(iter);
+    }
+    } // namespace CPU_CAPABILITY
+    ALSO_REGISTER_AVX512_DISPATCH(tanh_stub, &CPU_CAPABILITY::tanh_kernel)
+    """)
+
+
+class CpuKernelTest(unittest.TestCase):
+    """A stack that replaces a DispatchStub's kernel in aten/src/ATen/native/cpu."""
+
+    PATH = "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp"
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.fork = Path(self.tmp.name)
+        git(self.fork, "init", "-q")
+        (self.fork / self.PATH).parent.mkdir(parents=True)
+        (self.fork / self.PATH).write_text(KERNELS)
+        git(self.fork, "add", "-A")
+        git(self.fork, "commit", "-qm", "pristine")
+        git(self.fork, "tag", "attn/0")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, text: str) -> None:
+        (self.fork / self.PATH).write_text(text)
+
+    def test_stubs_registered_directly_and_through_the_files_macros(self):
+        macros = changes.macro_definitions(KERNELS)
+        self.assertEqual(changes.registered_stubs("IMPLEMENT_KERNEL(tanh)", macros), {"tanh_stub"})
+        line = "REGISTER_DISPATCH(sin_stub, &CPU_CAPABILITY::sin_kernel)"
+        self.assertEqual(changes.registered_stubs(line, macros), {"sin_stub"})
+        self.assertEqual(changes.registered_stubs("sin_impl(iter);", macros), set())
+
+    def test_replaced_kernel_is_repointed_and_compiled_per_capability(self):
+        self.write(KERNELS.replace("IMPLEMENT_KERNEL(tanh)\n", NEW_TANH))
+        added = changes.added_lines(self.fork, "attn/0", self.PATH)  # the removal is allowed
+        text = (self.fork / self.PATH).read_text()
+        self.assertEqual(changes.repointed_stubs(text, added), {"tanh_stub"})
+        _, tus, _ = generate.stack_sources(self.fork, "attn/0", {self.PATH: "M"}, {})
+        tu = tus[self.PATH]
+        self.assertTrue(tu.startswith(generate.REPOINT))  # registrations assign, not define
+        self.assertIn("new_tanh(iter);", tu)
+        self.assertIn("ALSO_REGISTER_AVX512_DISPATCH(tanh_stub", tu)
+        self.assertNotIn("sin_stub", tu)  # only what the stack changed
+        self.assertNotIn("IMPLEMENT_KERNEL(cos)", tu)
+        # the re-pointing macro assigns the wheel's exported per-capability pointer
+        self.assertIn("name##_DECLARE_DISPATCH_type::arch = (fn)", generate.REPOINT)
+        self.assertIn("#undef REGISTER_ARCH_DISPATCH", generate.REPOINT)
+
+    def test_changed_kernel_body_is_refused(self):
+        self.write(KERNELS.replace("sin_impl(iter);", "other_sin(iter);"))
+        with self.assertRaisesRegex(StackError, r"changes or removes upstream code"):
+            changes.added_lines(self.fork, "attn/0", self.PATH)
+
+    def test_removed_registration_not_registered_again_is_refused(self):
+        self.write(KERNELS.replace("IMPLEMENT_KERNEL(tanh)\n", ""))
+        with self.assertRaisesRegex(StackError, r"IMPLEMENT_KERNEL\(tanh\)"):
+            changes.added_lines(self.fork, "attn/0", self.PATH)
+
+    def test_registration_elsewhere_is_not_a_replacement(self):
+        other = "aten/src/ATen/native/Other.cpp"  # not a CPU kernel file
+        (self.fork / other).write_text(KERNELS)
+        git(self.fork, "add", "-A")
+        git(self.fork, "commit", "-qm", "other")
+        git(self.fork, "tag", "-f", "attn/0")
+        (self.fork / other).write_text(KERNELS.replace("IMPLEMENT_KERNEL(tanh)\n", NEW_TANH))
+        with self.assertRaisesRegex(StackError, r"changes or removes upstream code"):
+            changes.added_lines(self.fork, "attn/0", other)
+
+    def test_ninja_compiles_the_kernel_tu_once_per_capability_at_O3(self):
+        name = "added/" + self.PATH.replace("/", "__")
+        build = self.fork / "build"
+        (build / "src" / "added").mkdir(parents=True)
+        captured = {}
+
+        def ninja_file(*args):
+            captured["core"] = args[5]
+            return ""
+
+        with (
+            unittest.mock.patch.object(compile, "_ninja_file", ninja_file),
+            unittest.mock.patch.object(compile, "_python_info",
+                                       lambda p: {"include": "", "ext_suffix": ".so"}),
+            unittest.mock.patch.object(compile, "_ninja", lambda p: "true"),
+            unittest.mock.patch.object(compile, "_support_sources", lambda f, o: []),
+        ):  # fmt: skip
+            compile.compile_libraries(self.fork, Path("/venv/bin/python"), build, [], [name],
+                                      [self.PATH], 1)  # fmt: skip
+        flags = {stem.rsplit(".", 1)[1]: extra for _, stem, extra in captured["core"]}
+        self.assertEqual(set(flags), {"DEFAULT", "AVX2", "AVX512"})
+        self.assertIn("-DCPU_CAPABILITY=AVX2 -DCPU_CAPABILITY_AVX2 -O3 -mavx2 -mfma", flags["AVX2"])
+        self.assertIn("-DCPU_CAPABILITY=DEFAULT -DCPU_CAPABILITY_DEFAULT -O3", flags["DEFAULT"])
