@@ -28,6 +28,13 @@ CHUNK = 1 << 22
 MAX_ULP = 1
 
 
+def capability_name(reported: str) -> str:
+    """ATEN_CPU_CAPABILITY's value for what torch.backends.cpu.get_cpu_capability() says
+    ("NO AVX" for default, "AVX2", ...)."""
+    reported = reported.strip().lower()
+    return "default" if reported == "no avx" else reported
+
+
 def supported(layout: Layout) -> list[str]:
     """The ATEN_CPU_CAPABILITY values this CPU runs as asked (a higher one falls back)."""
     code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
@@ -37,7 +44,7 @@ def supported(layout: Layout) -> list[str]:
             [str(layout.python), "-c", code],
             env=worker_env(layout, capability), capture_output=True, text=True,
         )  # fmt: skip
-        if proc.returncode == 0 and proc.stdout.strip().lower() == capability:
+        if proc.returncode == 0 and capability_name(proc.stdout) == capability:
             found.append(capability)
     return found
 
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     found = check(torch)
-    if found["capability"].lower() != capability:
+    if capability_name(found["capability"]) != capability:
         sys.exit(f"asked for {capability}, torch runs {found['capability']}")
     Path(out).write_text(json.dumps(found))
 

@@ -146,3 +146,11 @@ class TanhAccuracyTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CapabilityNameTest(unittest.TestCase):
+    def test_default_is_reported_as_no_avx(self):
+        from stacktool.tanh_accuracy import capability_name
+
+        self.assertEqual(capability_name("NO AVX\n"), "default")
+        self.assertEqual(capability_name("AVX2"), "avx2")
