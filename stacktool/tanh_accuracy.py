@@ -35,18 +35,25 @@ def capability_name(reported: str) -> str:
     return "default" if reported == "no avx" else reported
 
 
+# What the hardware has, by the checks torch.backends.cpu exposes (aten/src/ATen/cpu/Utils.cpp).
+# get_cpu_capability() cannot tell: it takes ATEN_CPU_CAPABILITY's word, so "avx512" on a CPU
+# without AVX-512 reports AVX512 and dies of SIGILL in the first AVX-512 kernel.
+SUPPORT_CHECK = (
+    "import torch; c = torch._C._cpu; "
+    "print('default', 'avx2' * c._is_avx2_supported(), 'avx512' * c._is_avx512_supported())"
+)
+
+
 def supported(layout: Layout) -> list[str]:
-    """The ATEN_CPU_CAPABILITY values this CPU runs as asked (a higher one falls back)."""
-    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    found = []
-    for capability in CAPABILITIES:
-        proc = subprocess.run(
-            [str(layout.python), "-c", code],
-            env=worker_env(layout, capability), capture_output=True, text=True,
-        )  # fmt: skip
-        if proc.returncode == 0 and capability_name(proc.stdout) == capability:
-            found.append(capability)
-    return found
+    """The ATEN_CPU_CAPABILITY values this CPU can run."""
+    env = {**os.environ, **layout.python_env}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    proc = subprocess.run(
+        [str(layout.python), "-c", SUPPORT_CHECK], env=env, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    found = proc.stdout.split()
+    return [capability for capability in CAPABILITIES if capability in found]
 
 
 def worker_env(layout: Layout, capability: str) -> dict[str, str]:

@@ -130,6 +130,19 @@ class TanhAccuracyTest(unittest.TestCase):
             self.assertFalse(tanh_accuracy.verdict({**self.FOUND, key: bad}), key)
         self.assertIn("max 1 ULP", tanh_accuracy.summary(self.FOUND))
 
+    def test_supported_asks_the_hardware_not_the_variable(self):
+        # torch reports AVX512 whenever ATEN_CPU_CAPABILITY=avx512, supported or not
+        seen = {}
+
+        def probe(command, env, **kwargs):
+            seen.update(env)
+            return subprocess.CompletedProcess(command, 0, "default avx2 \n", "")
+
+        with mock.patch.dict(tanh_accuracy.os.environ, {"ATEN_CPU_CAPABILITY": "avx512"}), \
+                mock.patch.object(tanh_accuracy.subprocess, "run", probe):  # fmt: skip
+            self.assertEqual(tanh_accuracy.supported(Layout(Path("/x"))), ["default", "avx2"])
+        self.assertNotIn("ATEN_CPU_CAPABILITY", seen)
+
     def test_unsupported_capability_is_skipped_and_named(self):
         def worker(command, **kwargs):
             Path(command[-1]).write_text(json.dumps({**self.FOUND, "max_ulp": 3}))
