@@ -1,10 +1,14 @@
-"""`./stack bench`: native torch.attn against the composite, PR 2's Function and torch.compile.
+"""`./stack bench`: native torch.attn against the composite, PR 2's Function and torch.compile;
+PR 5's CPU float tanh against v2.6.0's.
 
 Not a test: CPU timings move from run to run, so it reports numbers and ratios and marks the
 spec's targets met or not met, but exits 0 whatever they say (1 only when a worker crashed).
 Ratios are only meaningful within one run, so every time comes from ONE worker process with
 its thread count fixed; peak memory needs a clean high-water mark, so each method's is taken
-in a fresh process of its own.
+in a fresh process of its own. v2.6.0's tanh kernel can only run in a process of its own (the
+wheel's torch, which the overlay leaves alone), so tanh is timed in one process per build and
+CPU capability. The full run also gives the exhaustive tanh accuracy check (as the gate's
+level 5 does) and a profile of the native op at the smallest size.
 
 The tool runs under the system Python, which has no torch: `run` spawns the venv's Python on
 this module (`python -m stacktool.bench timing|memory|plot ...`). Everything that needs torch
@@ -23,9 +27,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from stacktool import tanh_accuracy
 from stacktool.config import Layout
 
 SIZES = ((2, 3, 4), (64, 32, 32), (512, 64, 64), (2048, 64, 64), (4096, 128, 128))
@@ -49,6 +54,24 @@ LABELS = {
     "floor": "floor",
 }
 FWD, FWD_BWD = "forward", "forward+backward"
+TANH_SHAPE = (2048, 2048)
+TANH_BUILDS = ("v2.6.0", "this stack")
+PROFILE_STEPS = 500  # forward+backward steps of the native op per profiled round, at SIZES[0]
+# How to read the profile at n = 2 (its figures come from the run; this names the parts).
+PROFILE_READING = (
+    "At this size no arithmetic shows: every row is a fixed cost per call. What the native op "
+    "already saves over the composite is three autograd nodes of four (one AttnBackward0, "
+    "one saved-tensor set). What is left: the six GEMMs as six at::mm / at::addmm calls, each "
+    "a dispatcher round trip plus BLAS's own setup (aten::mm, aten::addmm); the transposed "
+    "operands as view ops (aten::t, aten::transpose, aten::as_strided); the TensorIterator "
+    "set-up of tanh_ and tanh_backward; and the engine's work per step, which every method "
+    "pays alike (autograd::engine::evaluate_function, GraphRoot, one AccumulateGrad per "
+    "input). Output tensors are allocated inside the structured mm kernels, so allocation "
+    "does not show as an op of its own. Removing more would take a second GEMM "
+    "implementation for tiny shapes inside the kernel (loops in place of at::mm, no views), "
+    "which duplicates BLAS and is not upstream's way; the engine's share can only go with "
+    "autograd itself (e.g. compiled autograd)."
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +89,7 @@ QUICK = Settings(QUICK_SIZES, repeats=3, block_s=0.02)
 
 @dataclass(frozen=True)
 class Target:
-    """One of the spec's forward+backward targets for native torch.attn.
+    """One of the spec's targets for native torch.attn.
 
     at_least: the ratio is `other / native` (a speedup) and must be >= bound; otherwise it
     is `native / other` (a time or memory fraction) and must be <= bound.
@@ -76,29 +99,42 @@ class Target:
     applies: Callable[[int], bool]  # to which n
     bound: float
     at_least: bool
+    passes: tuple = (FWD_BWD,)
 
     def text(self) -> str:
         if self.at_least:
             return f"{self.other} / native >= {self.bound:.2f}"
         return f"native / {self.other} <= {self.bound:.2f}"
 
+    def check(self, where: str, values: dict) -> "Check":
+        """The target on one row's values (ms or MB by method); no ratio if one is missing."""
+        native, other = values.get("native"), values.get(self.other)
+        found = None
+        if native is not None and other is not None:
+            found = other / native if self.at_least else native / other
+        return Check(self.text(), where, found, self.bound, self.at_least)
+
 
 TIME_TARGETS = (
     Target("composite", lambda n: n <= 64, 1.5, at_least=True),
     Target("composite", lambda n: n >= 512, 1.15, at_least=True),
-    Target("compile", lambda n: True, 1.0, at_least=True),  # never slower than torch.compile
+    # never slower than torch.compile, forward and forward+backward
+    Target("compile", lambda n: True, 1.0, at_least=True, passes=(FWD, FWD_BWD)),
     Target("floor", lambda n: n >= 2048, 1.10, at_least=False),  # within 10% of the floor
 )
 MEMORY_TARGET = Target("composite", lambda n: True, 0.75, at_least=False)  # peak memory
+TANH_TARGET = 5.0  # v2.6.0's time / this stack's, one thread, the CPU's own capability
 
 
 @dataclass(frozen=True)
 class Check:
-    """A target evaluated at one size; ratio None when there is no native op to measure."""
+    """A target evaluated at one place; ratio None when there is nothing to measure."""
 
-    target: Target
-    size: tuple
+    text: str
+    where: str
     ratio: float | None
+    bound: float
+    at_least: bool
 
     @property
     def shown(self) -> str:
@@ -109,29 +145,28 @@ class Check:
         """Judged on the ratio as shown, so the table never reads "1.50 not met" for ">= 1.50"."""
         if self.ratio is None:
             return "n/a"
-        shown, bound = float(self.shown), self.target.bound
-        return "met" if (shown >= bound if self.target.at_least else shown <= bound) else "not met"
+        shown, bound = float(self.shown), self.bound
+        return "met" if (shown >= bound if self.at_least else shown <= bound) else "not met"
 
 
-def ratio(target: Target, values: dict) -> float | None:
-    """The target's ratio from one row's values (ms or MB by method), None if one is missing."""
-    native, other = values.get("native"), values.get(target.other)
-    if native is None or other is None:
-        return None
-    return other / native if target.at_least else native / other
-
-
-def checks(timing: dict, memory: dict) -> list[Check]:
-    """Every target at every size it applies to, from forward+backward times and peak memory."""
+def checks(results: dict) -> list[Check]:
+    """Every target where it applies: times by size and pass, peak memory, tanh's speedup."""
     found = []
-    for row in timing["rows"]:
-        if row["pass"] != FWD_BWD:
-            continue
+    for row in results["timing"]["rows"]:
         size = tuple(row["size"])
         for target in TIME_TARGETS:
-            if target.applies(size[0]):
-                found.append(Check(target, size, ratio(target, row["ms"])))
-    found.append(Check(MEMORY_TARGET, tuple(memory["size"]), ratio(MEMORY_TARGET, memory["mb"])))
+            if row["pass"] in target.passes and target.applies(size[0]):
+                found.append(target.check(f"{fmt_size(size)} {row['pass']}", row["ms"]))
+    memory = results["memory"]
+    found.append(MEMORY_TARGET.check(f"{fmt_size(memory['size'])} peak memory", memory["mb"]))
+    tanh = results.get("tanh")
+    if tanh:
+        own = [r for r in tanh["rows"] if r["threads"] == 1 and r["capability"] == tanh["own"]]
+        for r in own:
+            old, new = (r["ms"].get(build) for build in TANH_BUILDS)
+            speedup = old / new if old and new else None
+            where = f"tanh {fmt_size(TANH_SHAPE)}, 1 thread, {r['capability']}"
+            found.append(Check("v2.6.0 / this stack >= 5.00", where, speedup, TANH_TARGET, True))
     return found
 
 
@@ -148,15 +183,17 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def report(timing: dict, memory: dict, settings: Settings) -> str:
-    """bench.md: how it was measured, times, peak memory, and the targets with their verdicts."""
+def report(results: dict, settings: Settings) -> str:
+    """bench.md: how it was measured, times, peak memory, tanh's speed and accuracy, the
+    profile at the smallest size, and the targets with their verdicts."""
+    timing, memory = results["timing"], results["memory"]
     columns = [*METHODS, "floor"]
     time_rows = [
         [fmt_size(row["size"]), row["pass"], *(fmt_ms(row["ms"].get(m)) for m in columns)]
         for row in timing["rows"]
     ]
-    found = checks(timing, memory)
-    check_rows = [[c.target.text(), fmt_size(c.size), c.shown, c.verdict] for c in found]
+    found = checks(results)
+    check_rows = [[c.text, c.where, c.shown, c.verdict] for c in found]
     tally = {v: sum(c.verdict == v for c in found) for v in ("met", "not met", "n/a")}
     composite = memory["mb"]["composite"]
     mem_rows = [[LABELS[m], f"{mb:.1f}", f"{mb / composite:.2f}"] for m, mb in memory["mb"].items()]
@@ -172,8 +209,7 @@ def report(timing: dict, memory: dict, settings: Settings) -> str:
         "forward+backward: `torch.autograd.backward((o, a), (go, ga))`. "
         "torch.compile: default inductor, compiled afresh per size (static shapes) and warmed "
         "before timing. floor: q@k.T, a@v, addmm(ga, go, v.T), a.T@go, gx@k, gx.T@q, one "
-        "tanh and one aten.tanh_backward, timed as one sequence, once with eager and once with "
-        "compiled tanh: the faster."
+        "eager tanh (this build's at::tanh) and one aten.tanh_backward, timed as one sequence."
         + ("" if timing["has_native"] else " torch.attn does not exist in this build: n/a."),
         "",
         table(["n, d, dv", "pass", *(LABELS[c] for c in columns)], time_rows),
@@ -186,13 +222,71 @@ def report(timing: dict, memory: dict, settings: Settings) -> str:
         "(/proc/self/clear_refs) and the growth VmHWM - VmRSS is read after the step.",
         "",
         table(["method", "peak RSS growth (MB)", "/ composite"], mem_rows),
+        *tanh_section(results.get("tanh"), settings),
+        *accuracy_section(results.get("accuracy")),
+        *profile_section(timing.get("profile")),
         "",
-        "Targets (forward+backward; the last row is peak memory):",
+        "Targets:",
         "",
-        table(["target", "n, d, dv", "ratio", "verdict"], check_rows),
+        table(["target", "where", "ratio", "verdict"], check_rows),
         "",
         f"{tally['met']} met, {tally['not met']} not met, {tally['n/a']} n/a",
     ]) + "\n"  # fmt: skip
+
+
+def tanh_section(tanh: dict | None, settings: Settings) -> list[str]:
+    if not tanh:
+        return []
+    rows = [
+        [r["capability"] + (" (this CPU's)" if r["capability"] == tanh["own"] else ""),
+         str(r["threads"]), *(fmt_ms(r["ms"].get(b)) for b in TANH_BUILDS),
+         f"{r['ms'][TANH_BUILDS[0]] / r['ms'][TANH_BUILDS[1]]:.2f}"]
+        for r in tanh["rows"]
+    ]  # fmt: skip
+    return [
+        "",
+        f"`torch.tanh(x, out=y)` over {fmt_size(TANH_SHAPE)} float32 standard normal values, ms "
+        f"per call (minimum over {settings.repeats} repeats, as above). v2.6.0: the wheel's own "
+        "torch (MKL VML's tanh); this stack: PR 5's kernel through the overlay; each build and "
+        "ATEN_CPU_CAPABILITY in a process of its own.",
+        "",
+        table(["capability", "threads", *TANH_BUILDS, "v2.6.0 / this stack"], rows),
+    ]
+
+
+def accuracy_section(accuracy: list | None) -> list[str]:
+    if not accuracy:
+        return []
+    rows = [[r["name"], "passed" if r["passed"] else "skipped" if r["skipped"] else "FAILED",
+             r["note"]] for r in accuracy]  # fmt: skip
+    return [
+        "",
+        "This stack's float32 tanh against the correctly rounded result, every one of the "
+        "2^32 inputs (stacktool/tanh_accuracy.py; the bar: at most 1 ULP, NaN kept, "
+        "tanh(-x) = -tanh(x) bit for bit, which covers -0 and -inf):",
+        "",
+        table(["check", "result", "found"], rows),
+    ]
+
+
+def profile_section(profile: dict | None) -> list[str]:
+    if not profile:
+        return []
+    rows = [[r["name"], f"{r['calls']:g}", f"{r['self_us']:.2f}"] for r in profile["ops"]]
+    return [
+        "",
+        f"Where native torch.attn's forward+backward goes at n, d, dv = "
+        f"{fmt_size(profile['size'])}: torch.profiler, the fastest of {profile['rounds']} "
+        f"rounds of {profile['steps']} steps, per step (self CPU time, so nothing is counted "
+        f"twice). Profiled, a step took {profile['step_us']:.1f} us; the ops' self times add up "
+        f"to {profile['ops_us']:.1f} us, "
+        "the rest is Python and the autograd engine between ops. The profiler's own cost per op "
+        "is in these figures, so the unprofiled step above is shorter.",
+        "",
+        table(["op", "calls per step", "self us per step"], rows),
+        "",
+        PROFILE_READING,
+    ]
 
 
 def best_times(steps: dict[object, Callable[[], object]], repeats: int, block_s: float) -> dict:
@@ -271,31 +365,58 @@ def train_step(torch, fn, q, k, v, go, ga):
     return step
 
 
-FLOOR_TANHS = ("eager", "compiled")
-
-
-def floor_steps(torch, q, k, v, go, ga):
+def floor_step(torch, q, k, v, go, ga):
     """The work no implementation can skip: six GEMMs, one tanh pass, one tanh-backward pass.
 
-    Timed once per tanh in FLOOR_TANHS; the floor is the faster. Eager at::tanh takes a
-    slower MKL VML path on these CPUs (timings in PR 4's description), inductor's compiled
-    tanh pays a call overhead that dominates at small n. ga + go @ v.T is one addmm.
+    tanh is this build's eager at::tanh (PR 5's kernel at the stack's tip); ga + go @ v.T is
+    one addmm.
     """
-    tanhs = {"eager": torch.tanh, "compiled": torch.compile(lambda x: torch.tanh(x))}
     q, k, v = q.detach(), k.detach(), v.detach()
 
-    def step_with(tanh):
-        def step():
-            a = tanh(torch.mm(q, k.T))
-            torch.mm(a, v)
-            torch.mm(a.T, go)
-            gx = torch.ops.aten.tanh_backward(torch.addmm(ga, go, v.T), a)
-            torch.mm(gx, k)
-            torch.mm(gx.T, q)
+    def step():
+        a = torch.tanh(torch.mm(q, k.T))
+        torch.mm(a, v)
+        torch.mm(a.T, go)
+        gx = torch.ops.aten.tanh_backward(torch.addmm(ga, go, v.T), a)
+        torch.mm(gx, k)
+        torch.mm(gx.T, q)
 
-        return step
+    return step
 
-    return {f"floor {name}": step_with(tanhs[name]) for name in FLOOR_TANHS}
+
+def profile(torch, fn, size, rounds: int = 5) -> dict:
+    """Self CPU time per forward+backward step of `fn`, op by op, under torch.profiler: the
+    least disturbed of `rounds` rounds of PROFILE_STEPS steps (as best_times takes minima)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    step = train_step(torch, fn, *inputs(torch, size, grad=True))
+    for _ in range(100):
+        step()
+    best = None
+    for _ in range(rounds):
+        with profiler(activities=[ProfilerActivity.CPU]) as prof:
+            started = time.perf_counter()
+            for _ in range(PROFILE_STEPS):
+                step()
+            step_us = (time.perf_counter() - started) / PROFILE_STEPS * 1e6
+        if best is None or step_us < best[0]:
+            best = step_us, prof.key_averages()
+    step_us, averages = best
+    ops = [
+        {"name": e.key, "calls": e.count / PROFILE_STEPS,
+         "self_us": e.self_cpu_time_total / PROFILE_STEPS}
+        for e in averages
+    ]  # fmt: skip
+    ops.sort(key=lambda op: -op["self_us"])
+    return {
+        "size": size,
+        "rounds": rounds,
+        "steps": PROFILE_STEPS,
+        "step_us": step_us,
+        "ops_us": sum(op["self_us"] for op in ops),
+        "ops": [op for op in ops if op["self_us"] >= 0.05],
+    }
 
 
 def time_worker(fork: Path, settings: Settings) -> dict:
@@ -310,27 +431,48 @@ def time_worker(fork: Path, settings: Settings) -> dict:
         steps = {(FWD, m): (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for m, fn in fns.items()}
         args = inputs(torch, size, grad=True)
         steps.update({(FWD_BWD, m): train_step(torch, fn, *args) for m, fn in fns.items()})
-        steps.update({(FWD_BWD, m): s for m, s in floor_steps(torch, *args).items()})
+        steps[FWD_BWD, "floor"] = floor_step(torch, *args)
         ms = best_times(
             steps, settings.repeats, settings.block_s
         )  # one call: one set of conditions
         for name in (FWD, FWD_BWD):
-            row = {m: t for (p, m), t in ms.items() if p == name and not m.startswith("floor")}
-            if name == FWD_BWD:
-                row["floor"] = min(ms[FWD_BWD, f"floor {t}"] for t in FLOOR_TANHS)
+            row = {m: t for (p, m), t in ms.items() if p == name}
             rows.append({"size": size, "pass": name, "ms": row})
             print(
                 f"bench: {fmt_size(size)} {name}: "
                 + ", ".join(f"{m} {fmt_ms(t)} ms" for m, t in row.items()),
                 file=sys.stderr,
             )
-    return {
+    found = {
         "torch": torch.__version__,
         "cpu": cpu_model(),
         "threads": torch.get_num_threads(),
         "has_native": "native" in methods,
         "load": [load_before, os.getloadavg()[0]],
         "rows": rows,
+    }
+    if settings is FULL and "native" in methods:
+        found["profile"] = profile(torch, methods["native"], SIZES[0])
+    return found
+
+
+def tanh_worker(settings: Settings) -> dict:
+    """ms per torch.tanh over TANH_SHAPE at 1 thread and at all of them, in this process's
+    torch (which one, and whether it is this stack's, goes with the result)."""
+    import torch
+
+    x = torch.randn(TANH_SHAPE, generator=torch.Generator().manual_seed(0))
+    y = torch.empty_like(x)
+    ms = {}
+    for count in sorted({1, threads()}):
+        torch.set_num_threads(count)
+        step = {"tanh": lambda: torch.tanh(x, out=y)}
+        ms[str(count)] = best_times(step, settings.repeats, settings.block_s)["tanh"]
+    return {
+        "torch": torch.__file__,
+        "capability": tanh_accuracy.capability_name(torch.backends.cpu.get_cpu_capability()),
+        "has_attn": hasattr(torch, "attn"),
+        "ms": ms,
     }
 
 
@@ -407,28 +549,67 @@ def spawn(layout: Layout, *args: str, env: dict[str, str] | None = None) -> bool
     return proc.returncode == 0
 
 
+def worker(layout: Layout, command: str, *args: str, env: dict[str, str] | None = None):
+    """A worker's JSON result, or None (said on stderr) when it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        if spawn(layout, command, str(out), *args, env=env):
+            return json.loads(out.read_text())
+    print(f"bench: the {command} worker failed ({' '.join(args)})", file=sys.stderr)
+    return None
+
+
+def tanh_speed(layout: Layout) -> dict | None:
+    """torch.tanh's times, v2.6.0's kernel against this stack's, under each CPU capability.
+
+    v2.6.0 is the unpacked wheel's own torch (PYTHONPATH first, so the fork's is not imported
+    and the overlay does nothing); each result says which torch ran, and is refused if that
+    is not the build it is labelled with.
+    """
+    builds = dict(zip(TANH_BUILDS, ({"PYTHONPATH": str(layout.wheel_tree)}, {}), strict=True))
+    capabilities = tanh_accuracy.supported(layout)
+    found = {}
+    for capability in capabilities:
+        for build, env in builds.items():
+            got = worker(layout, "tanh", env={**env, "ATEN_CPU_CAPABILITY": capability})
+            if got is None:
+                return None
+            if got["capability"] != capability or got["has_attn"] != (build == "this stack"):
+                print(f"bench: {build} [{capability}] ran {got['torch']} as {got['capability']}",
+                      file=sys.stderr)  # fmt: skip
+                return None
+            found[capability, build] = got["ms"]
+    rows = [
+        {"capability": c, "threads": int(t), "ms": {b: found[c, b][t] for b in TANH_BUILDS}}
+        for c in capabilities
+        for t in found[c, TANH_BUILDS[1]]
+    ]
+    return {"own": capabilities[-1], "rows": rows}  # torch picks the highest one by default
+
+
 def run(layout: Layout, out_dir: Path, quick: bool) -> int:
-    """Time every method, measure peak memory, write bench.md, bench.json and bench.png."""
+    """Time every method, measure peak memory, and (full run) time and check tanh, profile
+    the native op; write bench.md, bench.json and bench.png."""
     started = time.monotonic()
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Path(tmp) / "result.json"
-        if not spawn(
-            layout, "timing", str(layout.fork), str(result), *(["--quick"] if quick else [])
-        ):
-            print("bench: the timing worker failed", file=sys.stderr)
+    timing = worker(layout, "timing", str(layout.fork), *(["--quick"] if quick else []))
+    if timing is None:
+        return 1
+    mb = {}
+    for method in [m for m in METHODS if m != "native" or timing["has_native"]]:
+        found = worker(layout, "memory", str(layout.fork), "--method", method, env=MEMORY_ENV)
+        if found is None:
             return 1
-        timing = json.loads(result.read_text())
-        mb = {}
-        for method in [m for m in METHODS if m != "native" or timing["has_native"]]:
-            args = ("memory", str(layout.fork), str(result), "--method", method)
-            if not spawn(layout, *args, env=MEMORY_ENV):
-                print(f"bench: the memory worker for {method} failed", file=sys.stderr)
-                return 1
-            mb[method] = json.loads(result.read_text())["mb"]
-    memory = {"size": MEMORY_SIZE, "mb": mb}
-    (out_dir / "bench.json").write_text(json.dumps({"timing": timing, "memory": memory}, indent=1))
-    text = report(timing, memory, QUICK if quick else FULL)
+        mb[method] = found["mb"]
+    results = {"timing": timing, "memory": {"size": MEMORY_SIZE, "mb": mb}}
+    if not quick:
+        results["tanh"] = tanh_speed(layout)
+        if results["tanh"] is None:
+            return 1
+        log = lambda line: print(f"bench: {line}", file=sys.stderr)  # noqa: E731
+        results["accuracy"] = [asdict(r) for r in tanh_accuracy.run(layout, log)]
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
+    text = report(results, QUICK if quick else FULL)
     (out_dir / "bench.md").write_text(text)
     print(text)
     png = out_dir / "bench.png"
@@ -445,24 +626,29 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m stacktool.bench")
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("timing")
-    p.add_argument("fork", type=Path)
     p.add_argument("out", type=Path)
+    p.add_argument("fork", type=Path)
     p.add_argument("--quick", action="store_true")
     p = commands.add_parser("memory")
-    p.add_argument("fork", type=Path)
     p.add_argument("out", type=Path)
+    p.add_argument("fork", type=Path)
     p.add_argument("--method", choices=METHODS, required=True)
+    p = commands.add_parser("tanh")
+    p.add_argument("out", type=Path)
     p = commands.add_parser("plot")
     p.add_argument("results", type=Path)
     p.add_argument("png", type=Path)
     args = parser.parse_args(argv)
     if args.command == "plot":
         plot(json.loads(args.results.read_text())["timing"], args.png)
-    elif args.command == "timing":
+        return
+    if args.command == "timing":
         result = time_worker(args.fork, QUICK if args.quick else FULL)
-        args.out.write_text(json.dumps(result))
+    elif args.command == "memory":
+        result = memory_worker(args.fork, args.method)
     else:
-        args.out.write_text(json.dumps(memory_worker(args.fork, args.method)))
+        result = tanh_worker(FULL)
+    args.out.write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -108,6 +108,11 @@ class Layout:
         return self.root / "build"
 
     @property
+    def wheel_tree(self) -> Path:
+        """The unpacked wheel: v2.6.0's own torch (./stack bench's baseline)."""
+        return self.cache / TORCH_WHEEL.removesuffix(".whl")
+
+    @property
     def overlay(self) -> Path:
         return self.overlay_dir or self.build / "overlay"
 
