@@ -136,8 +136,8 @@ def check_source(path: Path) -> Path:
     except (tarfile.TarError, OSError) as e:
         raise StackError(f"--upstream {path}: not a readable tarball ({e})") from e
     if not (version or "").startswith(config.UPSTREAM_VERSION):
-        raise StackError(f"--upstream {path} is PyTorch {version or '(no version.txt)'}, "
-                         f"not v{config.UPSTREAM_VERSION}")  # fmt: skip
+        raise StackError(f"--upstream {path}: {found_version(version)}, "
+                         f"not PyTorch v{config.UPSTREAM_VERSION}")  # fmt: skip
     return path
 
 
@@ -196,6 +196,12 @@ def extract(source: Path, dest: Path) -> str:
 
 def check_version(tree: Path) -> None:
     version_file = tree / "version.txt"
-    version = version_file.read_text().strip() if version_file.exists() else "(no version.txt)"
-    if not version.startswith(config.UPSTREAM_VERSION):
-        raise StackError(f"{tree} is PyTorch {version}, not v{config.UPSTREAM_VERSION}")
+    version = version_file.read_text().strip() if version_file.exists() else None
+    if not (version or "").startswith(config.UPSTREAM_VERSION):
+        raise StackError(
+            f"{tree}: {found_version(version)}, not PyTorch v{config.UPSTREAM_VERSION}"
+        )
+
+
+def found_version(version: str | None) -> str:
+    return f"version.txt says {version}" if version else "no version.txt"

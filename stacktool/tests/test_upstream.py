@@ -46,7 +46,7 @@ class VerifyTest(unittest.TestCase):
     def test_wrong_version_is_refused(self):
         with tempfile.TemporaryDirectory() as d:
             (Path(d) / "version.txt").write_text("2.5.1\n")
-            with self.assertRaisesRegex(StackError, "2.5.1, not v2.6.0"):
+            with self.assertRaisesRegex(StackError, "version.txt says 2.5.1, not PyTorch v2.6.0"):
                 upstream.check_version(Path(d))
 
 
@@ -90,7 +90,9 @@ class CheckSourceTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             src = self.tree(d, "2.5.1\n")
             for path in (src, self.tar(d)):
-                with self.assertRaisesRegex(StackError, "2.5.1, not v2.6.0"):
+                with self.assertRaisesRegex(
+                    StackError, "version.txt says 2.5.1, not PyTorch v2.6.0"
+                ):
                     upstream.check_source(path)
 
     def test_v2_6_0_tarball_and_directory(self):
