@@ -109,7 +109,8 @@ def build(layout: config.Layout) -> None:
     The hook loads build/overlay (pytorch/'s build); the gate's worktree build is named to it
     by the environment (`Layout.python_env`), never installed.
     """
-    overlay.install_loader(layout.site_packages, config.Layout(layout.root).overlay)
+    own = config.Layout(layout.root)
+    overlay.install_loader(layout.site_packages, own.overlay, own.fork)
     overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1)
 
 

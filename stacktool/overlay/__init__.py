@@ -52,6 +52,7 @@ The modules, in the order the data flows through `build`:
     no stacktool import: it is loaded without this package.
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -98,7 +99,8 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
     summary = f"{len(ops)} new op(s)"
     skipped_gpu = generate.gpu_sources(changed) + gpu_users
     if not ops and not new_files and not added_tus:
-        (build_dir / MANIFEST).unlink(missing_ok=True)  # the loader is then a no-op
+        # no ops at this checkout: the loader then does nothing (and says nothing)
+        generate.write_if_changed(build_dir / MANIFEST, json.dumps({"ops": [], "core": ""}) + "\n")
         compiled = "nothing to compile"
         t_compile = 0.0
     else:

@@ -77,16 +77,17 @@ def verify(python: Path, fork: Path, build_dir: Path, ops: list[str]) -> None:
         )
 
 
-def install_loader(site_packages: Path, build_dir: Path) -> None:
-    """Install the import hook for `build_dir`'s overlay into a venv's site-packages.
+def install_loader(site_packages: Path, build_dir: Path, fork: Path) -> None:
+    """Install the import hook for `build_dir`'s overlay of `fork` into a venv's site-packages.
 
     Writes `_stack_overlay.py` (a copy of loader.py) and `_stack_overlay.pth`;
-    neither the fork nor the wheel's files are touched. Idempotent. The hook is a silent
-    no-op while `build_dir` holds no built overlay.
+    neither the fork nor the wheel's files are touched. Idempotent. While `build_dir` holds
+    no built overlay, importing the fork's torch says so.
     """
     site_packages.mkdir(parents=True, exist_ok=True)
     write_if_changed(site_packages / "_stack_overlay.py", (HERE / "loader.py").read_bytes())
-    hook = f"import _stack_overlay; _stack_overlay.activate({str(build_dir.resolve())!r})\n"
+    args = f"{str(build_dir.resolve())!r}, {str(fork.resolve())!r}"
+    hook = f"import _stack_overlay; _stack_overlay.activate({args})\n"
     write_if_changed(site_packages / "_stack_overlay.pth", hook)
 
 

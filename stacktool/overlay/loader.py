@@ -24,9 +24,10 @@ loader's `exec_module`:
   function is wrapped once and the new autograd Node classes (e.g. AttnBackward0) are
   added to `torch._C._functions` after it.
 
-It does nothing, silently, when the build directory has no overlay built yet (no
-manifest), or when the `torch._C` being imported is not the fork's the overlay was built
-for.
+It does nothing when the `torch._C` being imported is not the fork's the overlay was built
+for, or when the stack adds no ops at that checkout. When the build directory holds no
+overlay at all (an interrupted setup or build), importing the fork's torch prints one line
+saying so and what to run (the patched torch then fails on its first reference to a new op).
 """
 
 import importlib.abc
@@ -48,18 +49,8 @@ class _StackOverlayFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch._C":
             return None
-        sys.meta_path.remove(self)  # one use
-        spec = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if find is not None:
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-        if spec is None or spec.loader is None or spec.origin is None:
-            return spec
-        torch_dir = os.path.realpath(os.path.join(self.manifest["fork"], "torch"))
-        if os.path.dirname(os.path.realpath(spec.origin)) != torch_dir:
+        spec = _real_spec(self, fullname, path, target)
+        if not _from_fork(spec, self.manifest["fork"]):
             return spec  # not the fork this overlay was built for: leave it alone
         exec_module = spec.loader.exec_module
         manifest = self.manifest
@@ -70,6 +61,41 @@ class _StackOverlayFinder(importlib.abc.MetaPathFinder):
 
         spec.loader.exec_module = exec_then_overlay
         return spec
+
+
+class _MissingOverlayFinder(importlib.abc.MetaPathFinder):
+    """Says, when the fork's `torch._C` is imported, that its overlay was never built."""
+
+    def __init__(self, build_dir: str, fork: str) -> None:
+        self.build_dir, self.fork = build_dir, fork
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch._C":
+            return None
+        spec = _real_spec(self, fullname, path, target)
+        if _from_fork(spec, self.fork):
+            print(f"stack overlay: {self.build_dir} holds no built overlay for {self.fork} "
+                  "(an interrupted ./stack setup or build?): run ./stack build",
+                  file=sys.stderr)  # fmt: skip
+        return spec
+
+
+def _real_spec(finder, fullname, path, target):
+    """The spec the other finders give, `finder` taken off sys.meta_path (it acts once)."""
+    sys.meta_path.remove(finder)
+    for other in sys.meta_path:
+        find = getattr(other, "find_spec", None)
+        spec = find(fullname, path, target) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
+
+
+def _from_fork(spec, fork: str) -> bool:
+    if spec is None or spec.loader is None or spec.origin is None:
+        return False
+    torch_dir = os.path.realpath(os.path.join(fork, "torch"))
+    return os.path.dirname(os.path.realpath(spec.origin)) == torch_dir
 
 
 def fork_head(fork: str) -> str | None:
@@ -150,13 +176,17 @@ def _phase1(C, manifest: dict) -> None:
     C._stack_overlay = manifest  # for humans and tests: what was overlaid
 
 
-def activate(build_dir: str) -> None:
-    """Install the finder if `build_dir` holds a built overlay (idempotent, silent).
+def activate(build_dir: str, fork: str | None = None) -> None:
+    """Install the finder if `build_dir` holds a built overlay (idempotent, silent); if it
+    holds none, the one that says so when `fork`'s torch is imported.
 
-    The environment variable STACK_OVERLAY_BUILD, if set, names the build dir instead.
+    The environment variable STACK_OVERLAY_BUILD, if set, names the build dir instead (and
+    `fork` is not its fork).
     """
-    build_dir = os.environ.get(ENV) or build_dir
-    if any(type(f).__name__ == "_StackOverlayFinder" for f in sys.meta_path):
+    if os.environ.get(ENV):
+        build_dir, fork = os.environ[ENV], None
+    finders = ("_StackOverlayFinder", "_MissingOverlayFinder")
+    if any(type(f).__name__ in finders for f in sys.meta_path):
         return
     if "torch._C" in sys.modules:
         return
@@ -165,6 +195,8 @@ def activate(build_dir: str) -> None:
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
     except (OSError, ValueError):
+        if fork:
+            sys.meta_path.insert(0, _MissingOverlayFinder(build_dir, fork))
         return
     if not manifest.get("core"):
         return  # the stack adds no ops at this checkout

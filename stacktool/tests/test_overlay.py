@@ -484,12 +484,11 @@ class SupportSourcesTest(unittest.TestCase):
 class LoaderTest(unittest.TestCase):
     def test_install_loader_writes_pth_and_module(self):
         with tempfile.TemporaryDirectory() as tmp:
-            site, build = Path(tmp, "site"), Path(tmp, "build")
-            overlay.install_loader(site, build)
+            site, build, fork = Path(tmp, "site"), Path(tmp, "build"), Path(tmp, "pytorch")
+            overlay.install_loader(site, build, fork)
             pth = (site / "_stack_overlay.pth").read_text()
-            self.assertEqual(
-                pth, f"import _stack_overlay; _stack_overlay.activate({str(build.resolve())!r})\n"
-            )
+            args = f"{str(build.resolve())!r}, {str(fork.resolve())!r}"
+            self.assertEqual(pth, f"import _stack_overlay; _stack_overlay.activate({args})\n")
             self.assertEqual(
                 (site / "_stack_overlay.py").read_text(), Path(loader.__file__).read_text()
             )
@@ -534,6 +533,26 @@ class LoaderTest(unittest.TestCase):
             Path(tmp, loader.MANIFEST).write_text(json.dumps({"core": ""}))
             loader.activate(tmp)
             self.assertEqual(sys.meta_path, before)
+
+    def test_the_forks_torch_says_when_no_overlay_was_ever_built(self):
+        # an interrupted first build: the patched torch would fail on a missing op, unexplained
+        with tempfile.TemporaryDirectory() as tmp:
+            fork, build = Path(tmp, "pytorch"), Path(tmp, "build")
+            (fork / "torch").mkdir(parents=True)
+            (fork / "torch" / "__init__.py").write_text("")
+            (fork / "torch" / "_C.py").write_text("")
+            code = (
+                f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
+                f"import loader as l; l.activate({str(build)!r}, {str(fork)!r}); "
+                f"sys.path.insert(0, {str(fork)!r}); import fractions, torch._C"
+            )
+            for env, said in (({}, True), ({loader.ENV: str(build)}, False)):
+                out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
+                                     text=True, check=True, env={**os.environ, **env})  # fmt: skip
+                self.assertEqual("holds no built overlay" in out.stderr, said, out.stderr)
+                if said:
+                    self.assertIn(f"for {fork} (an interrupted", out.stderr)
+                    self.assertIn("run ./stack build", out.stderr)
 
     def test_activate_loads_the_build_the_environment_names(self):
         with tempfile.TemporaryDirectory() as tmp:
