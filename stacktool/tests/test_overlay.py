@@ -481,6 +481,14 @@ class SupportSourcesTest(unittest.TestCase):
                 compile._support_sources(fork, added)
 
 
+def with_loader(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`code` run by a fresh Python without site-packages that has imported loader.py as l."""
+    prefix = (f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
+              "import loader as l; ")  # fmt: skip
+    return subprocess.run([sys.executable, "-S", "-c", prefix + code], capture_output=True,
+                          text=True, check=True, env={**os.environ, **(env or {})})  # fmt: skip
+
+
 class LoaderTest(unittest.TestCase):
     def test_install_loader_writes_pth_and_module(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -542,13 +550,11 @@ class LoaderTest(unittest.TestCase):
             (fork / "torch" / "__init__.py").write_text("")
             (fork / "torch" / "_C.py").write_text("")
             code = (
-                f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
-                f"import loader as l; l.activate({str(build)!r}, {str(fork)!r}); "
+                f"l.activate({str(build)!r}, {str(fork)!r}); "
                 f"sys.path.insert(0, {str(fork)!r}); import fractions, torch._C"
             )
             for env, said in (({}, True), ({loader.ENV: str(build)}, False)):
-                out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
-                                     text=True, check=True, env={**os.environ, **env})  # fmt: skip
+                out = with_loader(code, env)
                 self.assertEqual("holds no built overlay" in out.stderr, said, out.stderr)
                 if said:
                     self.assertIn(f"for {fork} (an interrupted", out.stderr)
@@ -561,29 +567,19 @@ class LoaderTest(unittest.TestCase):
             manifest = {"core": "x.so", "bindings": "y.so", "ops": ["attn"], "fork": tmp}
             Path(other, loader.MANIFEST).write_text(json.dumps(manifest))
             code = (
-                f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
-                f"import loader as l; l.activate({tmp!r}); "
+                f"l.activate({tmp!r}); "
                 "print(getattr(sys.meta_path[0], 'manifest', {}).get('build'))"
             )
             # tmp holds no manifest: no finder; with the variable set, gate's is loaded
             for env, expected in (({}, "None"), ({loader.ENV: str(other)}, str(other))):
-                out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True,
-                                     text=True, check=True, env={**os.environ, **env})  # fmt: skip
-                self.assertEqual(out.stdout.strip(), expected)
+                self.assertEqual(with_loader(code, env).stdout.strip(), expected)
 
     def test_activate_installs_a_finder_that_leaves_other_modules_alone(self):
         with tempfile.TemporaryDirectory() as tmp:
             manifest = {"core": "x.so", "bindings": "y.so", "ops": ["attn"], "fork": tmp}
             Path(tmp, loader.MANIFEST).write_text(json.dumps(manifest))
-            code = (
-                f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
-                f"import loader as l; l.activate({tmp!r}); import fractions; "
-                "print(type(sys.meta_path[0]).__name__)"
-            )
-            out = subprocess.run(
-                [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
-            ).stdout
-            self.assertEqual(out.strip(), "_StackOverlayFinder")
+            code = f"l.activate({tmp!r}); import fractions; print(type(sys.meta_path[0]).__name__)"
+            self.assertEqual(with_loader(code).stdout.strip(), "_StackOverlayFinder")
 
 
 if __name__ == "__main__":
