@@ -166,7 +166,8 @@ def checks(results: dict) -> list[Check]:
             old, new = (r["ms"].get(build) for build in TANH_BUILDS)
             speedup = old / new if old and new else None
             where = f"tanh {fmt_size(TANH_SHAPE)}, 1 thread, {r['capability']}"
-            found.append(Check("v2.6.0 / this stack >= 5.00", where, speedup, TANH_TARGET, True))
+            text = f"v2.6.0 / this stack >= {TANH_TARGET:.2f}"
+            found.append(Check(text, where, speedup, TANH_TARGET, True))
     return found
 
 

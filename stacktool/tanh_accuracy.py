@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from stacktool.config import Layout
+from stacktool.errors import StackError
 from stacktool.suites import Result
 
 CAPABILITIES = ("default", "avx2", "avx512")
@@ -37,7 +38,7 @@ def capability_name(reported: str) -> str:
 
 # What the hardware has, by the checks torch.backends.cpu exposes (aten/src/ATen/cpu/Utils.cpp).
 # get_cpu_capability() cannot tell: it takes ATEN_CPU_CAPABILITY's word, so "avx512" on a CPU
-# without AVX-512 reports AVX512 and dies of SIGILL in the first AVX-512 kernel.
+# without AVX-512 reports AVX512 and crashes in the first AVX-512 kernel (CI's did, in import).
 SUPPORT_CHECK = (
     "import torch; c = torch._C._cpu; "
     "print('default', 'avx2' * c._is_avx2_supported(), 'avx512' * c._is_avx512_supported())"
@@ -49,9 +50,10 @@ def supported(layout: Layout) -> list[str]:
     env = {**os.environ, **layout.python_env}
     env.pop("ATEN_CPU_CAPABILITY", None)
     proc = subprocess.run(
-        [str(layout.python), "-c", SUPPORT_CHECK], env=env, capture_output=True, text=True,
-        check=True,
-    )  # fmt: skip
+        [str(layout.python), "-c", SUPPORT_CHECK], env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise StackError(f"cannot ask torch which CPU capabilities run:\n{proc.stderr[-2000:]}")
     found = proc.stdout.split()
     return [capability for capability in CAPABILITIES if capability in found]
 

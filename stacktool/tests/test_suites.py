@@ -11,6 +11,7 @@ from unittest import mock
 
 from stacktool import levels, tanh_accuracy
 from stacktool.config import Layout
+from stacktool.errors import StackError
 from stacktool.levels import SUITES, Suite
 from stacktool.suites import pytest_counts, run_suite, suite_env
 
@@ -142,6 +143,13 @@ class TanhAccuracyTest(unittest.TestCase):
                 mock.patch.object(tanh_accuracy.subprocess, "run", probe):  # fmt: skip
             self.assertEqual(tanh_accuracy.supported(Layout(Path("/x"))), ["default", "avx2"])
         self.assertNotIn("ATEN_CPU_CAPABILITY", seen)
+
+        def broken(command, **kwargs):
+            return subprocess.CompletedProcess(command, 1, "", "ImportError: no torch")
+
+        with mock.patch.object(tanh_accuracy.subprocess, "run", broken):
+            with self.assertRaisesRegex(StackError, "no torch"):
+                tanh_accuracy.supported(Layout(Path("/x")))
 
     def test_unsupported_capability_is_skipped_and_named(self):
         def worker(command, **kwargs):
