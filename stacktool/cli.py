@@ -74,8 +74,7 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
             f"{state}\nNothing was changed. `./stack setup --move-aside` keeps that tree as "
             "pytorch.old-<time>/ and makes a new one."
         )
-    first, *listed = state.splitlines()  # a list follows when work is moved aside
-    log(f"pytorch/: {first.rstrip(':')}" + ("; --move-aside keeps that tree" if listed else ""))
+    log(f"pytorch/: {state.splitlines()[0].rstrip(':')}")  # --move-aside: kept, see below
     if state == "current" and (moved := fork.on_branch(layout.fork)):
         log(moved)
     if source is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from stacktool import config
 from stacktool.config import Layout
 from stacktool.errors import StackError
+from stacktool.overlay.loader import MANIFEST
 
 PTH = "_stack_fork.pth"
 INSTALLED = "stack-requirements.json"  # in a venv: what was installed, to skip it next time
@@ -72,8 +73,8 @@ def torch_identity(layout: Layout, cwd: Path, ops: tuple[str, ...] = ()) -> tupl
 
 def prove_torch(layout: Layout, cwd: Path) -> str:
     """Check that the venv imports the fork's torch of the pinned commit; return a proof line."""
-    try:  # the ops the overlay in build/ was built for (overlay.loader.MANIFEST)
-        ops = [op for op in json.loads((layout.overlay / "overlay.json").read_text())["ops"]
+    try:  # the ops the overlay in build/ was built for
+        ops = [op for op in json.loads((layout.overlay / MANIFEST).read_text())["ops"]
                if "." not in op]  # fmt: skip
     except (OSError, ValueError, KeyError):
         ops = []

@@ -1,4 +1,5 @@
-"""The overlay build: what a full PyTorch build does, for the stack's new operators only.
+"""The overlay build: what a full PyTorch build does, for the stack's new operators (and
+the CPU kernels it replaces) only.
 
 A from-source build of PyTorch takes hours on 2 cores. Everything in `torch` except what
 the stack adds is already in the PyPI wheel of the same commit (linked into the fork the
@@ -30,8 +31,8 @@ The modules, in the order the data flows through `build`:
 - changes.py: what changed. The stack's changed files, the lines it adds to upstream
   files, its new ops (the native_functions.yaml diff) and the entries it adds to macro
   lists, read from git; what cannot be overlaid is refused there (changed code
-  generators, a changed existing op or derivative, removed upstream code, any other change
-  to an existing macro).
+  generators, a changed existing op or derivative, removed upstream code other than a
+  re-registered CPU kernel, any other change to an existing macro).
 - generate.py: what to generate. The codegen runs (steps 1 and 2), the headers laid over
   the wheel's, and the sources to compile: the new ops' generated code, the stack's new
   C++ files, and a translation unit per upstream file it adds lines to or that expands a

@@ -21,7 +21,9 @@ compile error in the generated TU, which `#line` maps back to the real file):
 - added lines must sit at file/namespace scope or directly inside a registration block;
   lines added inside an existing function or class body cannot be overlaid;
 - removing or changing upstream code lines cannot be overlaid (the wheel keeps them;
-  changes.added_lines refuses it); removed blank and `//` comment lines are ignored;
+  changes.added_lines refuses it), except a DispatchStub registration in a CPU kernel file
+  that the added lines register again (changes.repointed_stubs); removed blank and `//`
+  comment lines are ignored;
 - added code may use the file's includes, macros and `using` declarations and anything
   declared in headers, but not the file's own static / anonymous-namespace helpers or
   other file-local definitions (they are not copied: copying would duplicate their

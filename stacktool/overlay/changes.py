@@ -9,7 +9,8 @@ An overlay cannot change what the wheel has compiled, so these refuse, with a St
 that names what and where: a change to PyTorch's code generators
 (`refuse_generator_changes`), an existing op changed or removed (`new_ops`) or its
 derivative changed, a new op the overlay's Python glue cannot install
-(`check_new_ops_overlayable`), upstream code lines changed or removed (`added_lines`), and
+(`check_new_ops_overlayable`), upstream code lines changed or removed (`added_lines`; a
+CPU kernel's DispatchStub registration replaced by the added lines is the exception), and
 any change to an existing macro but entries added to a list (`added_list_entries`).
 """
 

@@ -3,7 +3,7 @@
 `stacktool.overlay.install_loader` copies this file into the venv as `_stack_overlay.py`,
 next to `_stack_overlay.pth`, whose one line is
 
-    import _stack_overlay; _stack_overlay.activate('/path/to/build')
+    import _stack_overlay; _stack_overlay.activate('/path/to/build', '/path/to/pytorch')
 
 so every Python of the venv (and every subprocess it starts, e.g. run_test.py's) runs it
 at start-up. Nothing in the fork or in the wheel's files is touched. Standard library only.

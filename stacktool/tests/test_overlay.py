@@ -582,10 +582,6 @@ class LoaderTest(unittest.TestCase):
             self.assertEqual(with_loader(code).stdout.strip(), "_StackOverlayFinder")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 KERNELS = textwrap.dedent("""\
     #include <ATen/native/UnaryOps.h>
     namespace at::native {
@@ -654,9 +650,23 @@ class CpuKernelTest(unittest.TestCase):
         self.assertIn("ALSO_REGISTER_AVX512_DISPATCH(tanh_stub", tu)
         self.assertNotIn("sin_stub", tu)  # only what the stack changed
         self.assertNotIn("IMPLEMENT_KERNEL(cos)", tu)
-        # the re-pointing macro assigns the wheel's exported per-capability pointer
-        self.assertIn("name##_DECLARE_DISPATCH_type::arch = (fn)", generate.REPOINT)
-        self.assertIn("#undef REGISTER_ARCH_DISPATCH", generate.REPOINT)
+        # preprocessed, a registration assigns the wheel's per-capability pointer instead of
+        # defining it (the header's own macro stands in for DispatchStub.h's)
+        header = ("#define C10_CONCATENATE_IMPL(a, b) a##b\n"
+                  "#define C10_CONCATENATE(a, b) C10_CONCATENATE_IMPL(a, b)\n"
+                  "#define REGISTER_ARCH_DISPATCH(name, arch, fn) DEFINES name arch fn;\n")  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "ATen/native").mkdir(parents=True)
+            Path(tmp, "ATen/native/DispatchStub.h").write_text(header)
+            Path(tmp, "tu.cpp").write_text(
+                generate.REPOINT + "REGISTER_ARCH_DISPATCH(tanh_stub, AVX2, &new_tanh)\n"
+            )
+            out = subprocess.run(["c++", "-E", "-P", "-I", tmp, str(Path(tmp, "tu.cpp"))],
+                                 capture_output=True, text=True, check=True).stdout  # fmt: skip
+        code = " ".join(out.split())
+        self.assertIn("static const bool stack_overlay_repoint_tanh_stub = "
+                      "(tanh_stub_DECLARE_DISPATCH_type::AVX2 = (&new_tanh), true);", code)  # fmt: skip
+        self.assertNotIn("DEFINES", code)
 
     def test_changed_kernel_body_is_refused(self):
         self.write(KERNELS.replace("sin_impl(iter);", "other_sin(iter);"))
@@ -701,3 +711,7 @@ class CpuKernelTest(unittest.TestCase):
         self.assertEqual(set(flags), {"DEFAULT", "AVX2", "AVX512"})
         self.assertIn("-DCPU_CAPABILITY=AVX2 -DCPU_CAPABILITY_AVX2 -O3 -mavx2 -mfma", flags["AVX2"])
         self.assertIn("-DCPU_CAPABILITY=DEFAULT -DCPU_CAPABILITY_DEFAULT -O3", flags["DEFAULT"])
+
+
+if __name__ == "__main__":
+    unittest.main()
