@@ -15,11 +15,11 @@ any change to an existing macro but entries added to a list (`added_list_entries
 """
 
 import re
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 from stacktool.errors import StackError
+from stacktool.git import git
 
 BASE = "attn/0"
 NATIVE_YAML = "aten/src/ATen/native/native_functions.yaml"
@@ -39,13 +39,6 @@ HEADERS = (".h", ".hpp", ".cuh")
 
 
 # --------------------------------------------------------------------------- changed files
-
-
-def git(fork: Path, *args: str) -> str:
-    result = subprocess.run(["git", "-C", str(fork), *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise StackError(f"git {' '.join(args)} failed in {fork}:\n{result.stderr.strip()}")
-    return result.stdout
 
 
 def changed_files(fork: Path, base: str) -> dict[str, str]:

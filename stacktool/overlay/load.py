@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 
 from stacktool.errors import StackError
-from stacktool.overlay.changes import NATIVE_YAML, TAGS_YAML, git
+from stacktool.git import git
+from stacktool.overlay.changes import NATIVE_YAML, TAGS_YAML
 from stacktool.overlay.compile import BINDINGS, CORE_LIB
 from stacktool.overlay.generate import Headers, digest, run, write_if_changed
 from stacktool.overlay.loader import ENV, MANIFEST
