@@ -1,4 +1,4 @@
-"""`./stack COMMAND`: setup, build, export, test, lint, bench (see README.md).
+"""`./stack COMMAND`: setup, build, export, undo, lint, test, bench (see README.md).
 
 Ctrl-C and SIGTERM stop every process the command started, then end it with one line on
 stderr (what was interrupted, what state is left, what to run) and exit 128 + the signal.
@@ -13,7 +13,20 @@ import sys
 import time
 from pathlib import Path
 
-from stacktool import bench, config, fork, gate, lint, lock, overlay, patches, upstream, venv, wheel
+from stacktool import (
+    bench,
+    config,
+    fork,
+    gate,
+    lint,
+    lock,
+    overlay,
+    patches,
+    undo,
+    upstream,
+    venv,
+    wheel,
+)  # fmt: skip
 from stacktool.errors import StackError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,8 +39,9 @@ AFTER_INTERRUPT = {
     "build": "build/overlay keeps what was compiled; run ./stack build to finish",
     "export": "patches/ holds the old series or the new one; run ./stack export again",
     "test": "pytorch/ and build/overlay are untouched (the gate uses build/gate); run it again",
-    "lint": "pytorch/ is untouched (lint works in build/gate/pytorch); run ./stack lint again",
+    "lint": "pytorch/ is untouched (linters only read it); run ./stack lint again",
     "bench": "results are written only at the end; run ./stack bench again",
+    "undo": "what it undid is kept (stash, branches undo/*); run ./stack undo again to finish",
 }
 
 
@@ -124,6 +138,13 @@ def export(layout: config.Layout, check: bool) -> int:
     return 0
 
 
+def level_arg(text: str) -> int | str:
+    """--level's value: a level number, or "all"."""
+    if text == "all" or (text.isdigit() and int(text) > 0):
+        return text if text == "all" else int(text)
+    raise argparse.ArgumentTypeError(f"not a level number or 'all': {text!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stack", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -137,27 +158,43 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("export", help="write patches/ from the stack commits in pytorch/")
     p.add_argument("--check", action="store_true", help="only compare; exit 1 if they differ")
     commands.add_parser("build", help="overlay-build the new ops of pytorch/'s checkout")
+    commands.add_parser("undo", help="back to the landed stack (patches/ in git HEAD), "
+                        "keeping what it undoes in pytorch/ (stash, branch undo/<time>)")  # fmt: skip
     commands.add_parser("test", help="the gate .ci/run runs: tool tests and every PR level")
-    commands.add_parser("lint", help="upstream's linters over the files each patch touches")
+    p = commands.add_parser("lint", help="upstream's linters over pytorch/'s working tree")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--changed", action="store_true",
+                       help="only the files that differ from HEAD (uncommitted, untracked)")  # fmt: skip
+    scope.add_argument("--level", metavar="N|all", type=level_arg,
+                       help="level N's commit (or every level's) in the gate's worktree, built")  # fmt: skip
     p = commands.add_parser("bench", help="native vs composite vs Function vs compile (no test)")
     p.add_argument("--quick", action="store_true", help="the three small sizes, few repeats")
     p.add_argument("--out", type=Path, default=ROOT / "build" / "bench", help="where to write")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's own usage, not the top level's
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     layout = config.Layout(ROOT)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     for sig in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # e.g. SIGINT of a background job
             signal.signal(sig, interrupted)
+    waiting = True
     try:
         with lock.held(layout.lock, args.command, log):
+            waiting = False
             return run(args, layout)
     except StackError as e:
         print(f"stack {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         signum = e.args[0] if e.args else signal.SIGINT
+        after = AFTER_INTERRUPT[args.command]
+        if waiting or getattr(args, "check", False):  # export --check writes nothing
+            after = f"nothing was written; run ./stack {args.command} again"
+        if waiting:
+            after = f"it was waiting for {layout.lock.name}: {after}"
         print(f"stack {args.command}: interrupted by {signal.Signals(signum).name}; child "
-              f"processes stopped; {AFTER_INTERRUPT[args.command]}", file=sys.stderr)  # fmt: skip
+              f"processes stopped; {after}", file=sys.stderr)  # fmt: skip
         return 128 + signum
 
 
@@ -171,8 +208,16 @@ def run(args: argparse.Namespace, layout: config.Layout) -> int:
         return 0
     if args.command == "export":
         return export(layout, args.check)
+    if args.command == "undo":
+        if not undo.undo(layout, log):
+            log("pytorch/, patches/ and attn_gradient.md are the landed stack: nothing to undo")
+            return 0
+        build(layout)
+        return 0
+    if args.command == "lint" and args.level:
+        return gate.lint_levels(layout, log, build, None if args.level == "all" else args.level)
     if args.command == "lint":
-        return gate.lint_all(layout, log, build)
+        return gate.lint_tree(layout, log, args.changed)
     if args.command == "bench":
         return bench.run(layout, args.out.resolve(), args.quick)
     return gate.run(layout, log, build)

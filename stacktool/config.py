@@ -64,7 +64,7 @@ class Layout:
     """Where things live below the project root.
 
     `tree` and `overlay_dir` name another checkout of the fork and its overlay build (the
-    gate's, see `gate_tree`); by default they are pytorch/ and build/overlay.
+    gate's per level, see `gate_tree`); by default they are pytorch/ and build/overlay.
     """
 
     root: Path
@@ -75,9 +75,12 @@ class Layout:
     def fork(self) -> Path:
         return self.tree or self.root / "pytorch"
 
-    def gate_tree(self) -> "Layout":
-        """The gate's own worktree of the fork and build, so it never moves pytorch/."""
-        gate = self.root / "build" / "gate"
+    def gate_tree(self, level: int) -> "Layout":
+        """The gate's own worktree of the fork and build for PR `level` (never pytorch/).
+
+        One per level: each stays at its level's commit, so a later run rebuilds nothing.
+        """
+        gate = self.root / "build" / "gate" / f"level-{level}"
         return replace(self, tree=gate / "pytorch", overlay_dir=gate / "overlay")
 
     @property

@@ -3,7 +3,7 @@
 A new fork is always made beside the old one and swapped in only when complete, so a failed
 download, extraction or patch never leaves a half-made tree. An existing fork is replaced
 only when it holds nothing that patches/ lacks: its stack must be exactly what was applied
-when it was made, no commit may live outside that stack, its working tree must be clean, and
+when it was made, no commit may live outside that stack (the tool's own worktrees aside), its working tree must be clean, and
 every file in it that git ignores must be one that setup, a build or a test run makes again
 (REMADE, and the wheel's files listed under wheel.LINKED in .git/info/exclude).
 """
@@ -18,7 +18,7 @@ from stacktool.git import git
 
 APPLIED = "stack-applied"  # in pytorch/.git: the fingerprint of the series it was made from
 
-# What setup (.lintbin), builds (write_if_changed's temporary files) and test runs leave in
+# What setup (.lintbin), lint (mypy's cache and daemon file), builds (write_if_changed's temporary files) and test runs leave in
 # the fork, all made again on demand; the generated files a build refreshes are among the
 # wheel's linked files.
 REMADE = """\
@@ -27,6 +27,8 @@ __pycache__/
 .pytest_cache/
 .hypothesis/
 .ruff_cache/
+.mypy_cache/
+/.dmypy.json
 /.lintbin/
 /test/test-reports/
 *.stack-tmp
@@ -58,13 +60,14 @@ def state(fork: Path, patch_dir: Path) -> str:
         fork, "rev-parse", "--verify", "--quiet", f"refs/heads/{config.BRANCH}", check=False
     ):
         return f"{fork} has no branch '{config.BRANCH}'"
-    # other branches, tags, a stash or a detached HEAD may hold commits the stack does not
-    elsewhere = git(fork, "rev-list", "--all", "--not", f"refs/heads/{config.BRANCH}")
-    if elsewhere.strip():
+    elsewhere = off_branch(fork)
+    if elsewhere:
         return (
-            f"{fork} has commits that are not on branch '{config.BRANCH}' (another branch, "
-            "a tag, a stash or a detached HEAD)"
-        )
+            f"{fork} has commits that are not on branch '{config.BRANCH}':\n  "
+            + "\n  ".join(elsewhere)
+            + "\nThey would be lost with the tree: delete those you do not need (git branch -D,"
+            " git tag -d, git stash drop, git worktree remove), then run setup again"
+        )  # fmt: skip
     series = patches.render(fork)
     if series == patches.read(patch_dir):
         return "current"
@@ -84,6 +87,34 @@ def state(fork: Path, patch_dir: Path) -> str:
         + "\n  ".join(patches.differences(series, patches.read(patch_dir)))
         + "\nRun ./stack export and commit patches/ to keep them"
     )
+
+
+def off_branch(fork: Path) -> list[str]:
+    """One line per ref or worktree holding commits that are not on branch `stack`.
+
+    Branches, tags, the stash (every entry), HEAD, and the HEAD of each other worktree except
+    those the tool made below build/ (the gate's): the tool's own trees are never work.
+    """
+    sources = [
+        r for r in git(fork, "for-each-ref", "--format=%(refname)").split() if r != "refs/stash"
+    ]
+    sources += [f"stash@{{{n}}}" for n in range(len(git(fork, "stash", "list").splitlines()))]
+    sources.append("HEAD")
+    tools = (fork.parent / "build").resolve()
+    for entry in git(fork, "worktree", "list", "--porcelain").split("\n\n")[1:]:
+        fields = dict(f.split(" ", 1) for f in entry.splitlines() if " " in f)
+        tree = Path(fields.get("worktree", "/")).resolve()
+        if "HEAD" in fields and not tree.is_relative_to(tools):
+            sources.append(f"{fields['HEAD']} (HEAD of worktree {tree})")
+    found = []
+    for source in sources:
+        rev = source.split(" ")[0]
+        commits = git(fork, "rev-list", "--oneline", rev, "--not", f"refs/heads/{config.BRANCH}")
+        lines = commits.splitlines()
+        if lines:
+            more = f" and {len(lines) - 3} more" if len(lines) > 3 else ""
+            found.append(f"{source}: " + "; ".join(lines[:3]) + more)
+    return found
 
 
 def on_branch(fork: Path) -> str | None:

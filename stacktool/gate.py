@@ -1,8 +1,9 @@
 """`./stack test`: the gate .ci/run runs after setup.
 
 It runs the tool's own tests, checks that patches/ is what pytorch/ holds and that it applies
-to pristine upstream, then, in a worktree of the fork of its own (build/gate/pytorch, with
-its own overlay build in build/gate/overlay), checks out each PR level's commit, lints the
+to pristine upstream, then, in a worktree of the fork of its own per level
+(build/gate/level-N/pytorch, with its own overlay build in build/gate/level-N/overlay),
+checks out each PR level's commit, lints the
 files it touches and runs that level's tests with upstream's own runners, proving first which
 torch they import. pytorch/, build/overlay and the venv's `import torch` are never changed,
 whatever happens to the run. It ends with a plain `N passed, M failed` line and exits
@@ -38,7 +39,8 @@ def applies_to_pristine(layout: Layout) -> Result:
     """Apply patches/ in order to a fresh checkout of the pristine commit."""
     name = "patches/ apply to pristine upstream"
     series = sorted(layout.patches.glob("*.patch"))
-    with tempfile.TemporaryDirectory(dir=layout.root) as tmp:
+    layout.build.mkdir(exist_ok=True)  # below build/: a tree left by a kill is the tool's
+    with tempfile.TemporaryDirectory(dir=layout.build) as tmp:
         tree = Path(tmp) / "pristine"
         git(layout.fork, "worktree", "add", "--quiet", "--detach", str(tree), BASE_REF)
         try:
@@ -51,22 +53,33 @@ def applies_to_pristine(layout: Layout) -> Result:
     return Result(name, passed=1, note=f"{len(series)} patches")
 
 
-def gate_tree(layout: Layout, log) -> Layout:
-    """The gate's worktree of the fork (made, or re-made if broken), with the wheel's files.
+def gate_tree(layout: Layout, level: int, log) -> Layout:
+    """The gate's worktree of the fork for `level` (made, or re-made if broken).
 
-    It is the gate's alone: whatever a test or an interrupted run left in it is reset.
+    It is the gate's alone: whatever a test or an interrupted run left in it is reset. The
+    wheel's files are linked in once (`linked` marks it): linking again would undo the build's
+    refreshed files, and ninja would then recompile what includes them.
     """
-    gate = layout.gate_tree()
+    gate = layout.gate_tree(level)
+    linked = gate.fork.parent / "linked"
     tree, common = gate.fork, (layout.fork / ".git").resolve()
     if tree.exists():
         found = git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
         if Path(found.strip() or "/nonexistent").resolve() != common:
             shutil.rmtree(tree)  # left by an interrupted run, or made from an older pytorch/
+    old = layout.build / "gate" / "pytorch"  # the single worktree of earlier versions
+    if old.exists():
+        shutil.rmtree(old)
     git(layout.fork, "worktree", "prune")
     if not tree.exists():
+        linked.unlink(missing_ok=True)
         tree.parent.mkdir(parents=True, exist_ok=True)
         git(layout.fork, "worktree", "add", "--quiet", "--detach", str(tree), BASE_REF)
         log(f"made the gate's worktree {tree}")
+    if not linked.exists():
+        unpacked, _ = wheel.unpack(wheel.fetch(layout.cache), layout.cache)
+        wheel.link(unpacked, tree)
+        linked.write_text("")
     return gate
 
 
@@ -76,12 +89,16 @@ def check_out(tree: Path, commit: str) -> None:
     git(tree, "clean", "--quiet", "--force", "-d")
 
 
-def each_level(layout: Layout, log, build):
-    """(level, commit, gate layout) for each PR, checked out and built in the gate's worktree."""
-    gate = gate_tree(layout, log)
-    unpacked, _ = wheel.unpack(wheel.fetch(layout.cache), layout.cache)
-    wheel.link(unpacked, gate.fork)
-    for level, commit in enumerate(patches.stack_commits(layout.fork), start=1):
+def each_level(layout: Layout, log, build, only: int | None = None):
+    """(level, commit, gate layout) for each PR (or PR `only`), checked out and built in its
+    own worktree of the gate."""
+    commits = patches.stack_commits(layout.fork)
+    if only is not None and not 1 <= only <= len(commits):
+        raise StackError(f"no level {only}: the stack has levels 1 to {len(commits)}")
+    for level, commit in enumerate(commits, start=1):
+        if only not in (None, level):
+            continue
+        gate = gate_tree(layout, level, log)
         check_out(gate.fork, commit)
         build(gate)
         yield level, commit, gate
@@ -96,19 +113,38 @@ def run(layout: Layout, log, build) -> int:
     for level, commit, gate in each_level(layout, log, build):
         proof = venv.prove_torch(gate, gate.fork / "test")
         log(f"level {level} ({commit[:12]}): {proof}")
-        for result in [lint.run(gate, commit, "lint", log), *levels.run(level, gate, log)]:
-            result.name = f"level {level}: {result.name}"
+        lint_result = lint.run(gate, f"{commit}~1", commit, f"level {level}: lint", log)
+        for result in [lint_result, *levels.run(level, gate, log)]:
+            result.name = f"level {level}: {result.name.removeprefix(f'level {level}: ')}"
             results.append(result)
     return report(results)
 
 
-def lint_all(layout: Layout, log, build) -> int:
-    """`./stack lint`: each level's touched files, at that level's commit, built (mypy reads
-    the level's generated stubs)."""
+def lint_levels(layout: Layout, log, build, only: int | None) -> int:
+    """`./stack lint --level N|all`: the files each level's commit touches, at that commit, in
+    its gate worktree with its build (MYPY reads the level's generated stubs).
+
+    A level lints a commit, so uncommitted work in pytorch/ would go unseen: refused, named.
+    """
+    dirty = git(layout.fork, "status", "--porcelain", "--untracked-files=normal").splitlines()
+    if dirty:
+        raise StackError(f"pytorch/ has uncommitted changes a level's commit lacks "
+                         f"({', '.join(line[3:] for line in dirty)}): commit them, or run "
+                         "./stack lint (the working tree)")  # fmt: skip
     results = []
-    for level, commit, gate in each_level(layout, log, build):
-        results.append(lint.run(gate, commit, f"level {level}: lint", log))
+    for level, commit, gate in each_level(layout, log, build, only):
+        results.append(lint.run(gate, f"{commit}~1", commit, f"level {level}: lint", log))
     return report(results)
+
+
+def lint_tree(layout: Layout, log, changed: bool) -> int:
+    """`./stack lint [--changed]`: pytorch/'s working tree, uncommitted changes included;
+    the files the whole stack changes, or with `changed` only those that differ from HEAD.
+
+    Nothing is built: MYPY reads the stubs of the last ./stack build.
+    """
+    base = "HEAD" if changed else BASE_REF
+    return report([lint.run(layout, base, None, f"lint pytorch/ ({base} to working tree)", log)])
 
 
 def report(results: list[Result]) -> int:

@@ -6,6 +6,7 @@ each linter's `init_command` in that file; clang-format, which upstream download
 bucket, comes from PyPI at the version `tools/linter/adapters/s3_init_config.json` names.
 """
 
+import difflib
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from stacktool import venv
+from stacktool import venv, wheel
 from stacktool.config import Layout
 from stacktool.git import git
 from stacktool.suites import Result
@@ -26,6 +27,7 @@ LINTERS = (
 # rule is checked here instead against the labels upstream's own test files carry.
 OWNERS = re.compile(r"^# Owner\(s\): (\[.*\])$", re.M)
 LINTRUNNER = "lintrunner==0.12.5"
+LINT_LEFTOVERS = (".mypy_cache/", "/.dmypy.json")  # also in fork.REMADE
 
 
 def requirements(fork: Path) -> list[str]:
@@ -44,39 +46,92 @@ def requirements(fork: Path) -> list[str]:
 
 
 def ensure(layout: Layout) -> Path:
-    """The lint venv with the pinned linters; `.lintbin/clang-format` linked in the fork."""
+    """The lint venv with the pinned linters; `.lintbin/clang-format` linked in the fork.
+
+    What the linters leave in the fork (mypy's cache and daemon file) is ignored there: a
+    fork made before they were in fork.REMADE gets the lines too.
+    """
     lint_venv = layout.root / ".venv-lint"
     venv.ensure(lint_venv, requirements(layout.fork))
     lintbin = layout.fork / ".lintbin"
     lintbin.mkdir(exist_ok=True)
     (lintbin / "clang-format").unlink(missing_ok=True)
     (lintbin / "clang-format").symlink_to(lint_venv / "bin" / "clang-format")
+    common = git(layout.fork, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    exclude = Path(common.strip()) / "info" / "exclude"
+    mine, linked, wheels = exclude.read_text().partition(wheel.LINKED)
+    missing = "".join(f"{line}\n" for line in LINT_LEFTOVERS if line not in mine.splitlines())
+    if missing:  # before the wheel's list (fork.ignored_work reads that one apart)
+        exclude.write_text(mine + missing + linked + wheels)
     return lint_venv
 
 
-def touched(fork: Path, commit: str) -> list[str]:
-    """The files `commit` adds or changes (deleted files have nothing to lint)."""
-    out = git(fork, "diff", "--name-only", "--diff-filter=d", f"{commit}~1", commit)
-    return out.split()
+def files(fork: Path, base: str, tip: str | None, only: str = "d") -> list[str]:
+    """Files changed from `base` to `tip` (`git diff --diff-filter=only`; "d": not deleted).
+
+    tip None: to the working tree, with untracked files (not ignored) counted as added.
+    """
+    found = git(fork, "diff", "--name-only", f"--diff-filter={only}", base, *([tip] if tip else []))
+    if tip is None and ("A" in only or "d" in only):
+        found += git(fork, "ls-files", "--others", "--exclude-standard")
+    return sorted(set(found.split()))
 
 
-def run(layout: Layout, commit: str, name: str, log) -> Result:
-    """lintrunner over the files `commit` touches, in the fork at its current checkout."""
+def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
+    """Each linter over the files changed from `base` to `tip` (None: the working tree).
+
+    One lintrunner run per linter, each logged as it starts. MYPY (a dmypy daemon, as
+    upstream runs it) reads the fork's generated .pyi stubs, so it needs the checkout's
+    overlay build; the others read the files alone. The daemon is stopped after a gate
+    worktree's run, and kept for pytorch/'s (the next lint there takes seconds).
+    """
     lint_venv = ensure(layout)
-    paths = touched(layout.fork, commit)
+    paths = files(layout.fork, base, tip)
     env = {**os.environ, "PATH": f"{lint_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(
-        [str(lint_venv / "bin" / "lintrunner"), "--take", ",".join(LINTERS),
-         *paths],
-        cwd=layout.fork, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    extra = test_owners(layout.fork, paths) + new_cpp_formatted(layout.fork, commit, lint_venv)
-    output = proc.stdout + proc.stderr + "".join(extra)
-    ok = proc.returncode == 0 and not extra
-    if not ok:
-        print(output[-6000:])
-    log(f"{name}: {'no findings' if ok else 'findings'} in {len(paths)} files")
-    return Result(name, int(ok), int(not ok), note=f"{len(paths)} files")
+    messages, failures = [], []
+    for linter in LINTERS if paths else ():
+        log(f"{name}: {linter} over {len(paths)} file(s)")
+        proc = subprocess.run(
+            [str(lint_venv / "bin" / "lintrunner"), "--take", linter, "--output", "json",
+             *paths],
+            cwd=layout.fork, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        found = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        messages += found
+        if proc.returncode != 0 and not found:  # lintrunner itself failed: say how, not "init"
+            noise = ("lintrunner init", ".lintrunner.private.toml")
+            why = [line for line in proc.stderr.splitlines() if not any(n in line for n in noise)]
+            failures.append(f"{linter}: lintrunner failed: " + "\n".join(why[-20:]) + "\n")
+    if layout.tree is not None:  # a gate worktree: its mypy daemon is not kept
+        subprocess.run([str(lint_venv / "bin" / "dmypy"), "stop"], cwd=layout.fork, env=env,
+                       capture_output=True)  # fmt: skip
+    added = files(layout.fork, base, tip, only="A")
+    extra = test_owners(layout.fork, paths) + new_cpp_formatted(layout.fork, added, lint_venv)
+    report = [show(layout.fork, m) for m in messages] + extra + failures
+    with_findings = {
+        str(Path(m["path"]).relative_to(layout.fork)) for m in messages if m.get("path")
+    }
+    with_findings |= {line.split(" ", 2)[1].rstrip(":") for line in extra}
+    if report:
+        print("".join(report)[-8000:])
+    ok = not report
+    count = f"{len(with_findings)} of {len(paths)} files" if not ok else f"{len(paths)} files"
+    log(f"{name}: {'no findings in' if ok else 'findings in'} {count}")
+    return Result(name, int(ok), int(not ok), note=count)
+
+
+def show(fork: Path, message: dict) -> str:
+    """One lintrunner message as `CODE path:line: name: description`, with a fix's diff."""
+    path = message.get("path") or "-"
+    if path != "-":
+        path = str(Path(path).relative_to(fork))
+    head = f"{message['code']} {path}:{message.get('line') or 0}: {message['name']}: "
+    text = head + message.get("description", "").splitlines()[0] + "\n"
+    if message.get("original") is not None and message.get("replacement") is not None:
+        diff = difflib.unified_diff(message["original"].splitlines(), message["replacement"]
+                                    .splitlines(), "now", "formatted", n=0, lineterm="")  # fmt: skip
+        text += "".join(f"    {line}\n" for line in list(diff)[2:22])
+    return text
 
 
 def test_owners(fork: Path, paths: list[str]) -> list[str]:
@@ -98,13 +153,12 @@ def test_owners(fork: Path, paths: list[str]) -> list[str]:
     return findings
 
 
-def new_cpp_formatted(fork: Path, commit: str, lint_venv: Path) -> list[str]:
-    """clang-format findings in C++ files `commit` adds.
+def new_cpp_formatted(fork: Path, added: list[str], lint_venv: Path) -> list[str]:
+    """clang-format findings in the C++ files the stack adds (`added`).
 
     Upstream's CLANGFORMAT entry covers only some folders (not aten/src/ATen/native), but a
     new file has no history to keep: it is held to the fork's .clang-format wherever it is.
     """
-    added = git(fork, "diff", "--name-only", "--diff-filter=A", f"{commit}~1", commit).split()
     findings = []
     for path in added:
         if path.endswith((".cpp", ".h", ".cu", ".cuh")):

@@ -166,6 +166,30 @@ def _ninja(python: Path) -> str:
 # --------------------------------------------------------------------------- compile
 
 
+def ninja(command: str, build_dir: Path, jobs: int) -> int:
+    """Run ninja, printing a line as each translation unit finishes; the number compiled.
+
+    Each line counts the TUs this run compiles (from a dry run), on a terminal and in a log
+    alike (a pipe: ninja reports an edge when it finishes). StackError with the output.
+    """
+    dry = subprocess.run([command, "-C", str(build_dir), "-n"], capture_output=True, text=True)
+    todo = sum("] CXX " in line for line in dry.stdout.splitlines())
+    env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
+    output, done = [], 0
+    with subprocess.Popen([command, "-C", str(build_dir), f"-j{jobs}"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
+        for line in proc.stdout:
+            output.append(line)
+            if "] CXX " in line:
+                done += 1
+                name = Path(line.split("] CXX ", 1)[1].strip()).name
+                print(f"overlay build: compiled {done}/{todo} TUs: {name}", flush=True)
+    if proc.returncode != 0:
+        raise StackError(f"overlay compile failed (ninja -C {build_dir}):\n"
+                         f"{''.join(output).strip()[-6000:]}")  # fmt: skip
+    return done
+
+
 def compile_libraries(
     fork: Path,
     python: Path,
@@ -217,11 +241,6 @@ def compile_libraries(
             support_sources,
         ),
     )
-    result = subprocess.run([_ninja(python), "-C", str(build_dir), f"-j{jobs}"],
-                            capture_output=True, text=True)  # fmt: skip
-    if result.returncode != 0:
-        raise StackError(f"overlay compile failed (ninja -C {build_dir}):\n"
-                         f"{(result.stdout + result.stderr).strip()[-6000:]}")  # fmt: skip
-    steps = [line for line in result.stdout.splitlines() if "] CXX " in line]
+    steps = ninja(_ninja(python), build_dir, jobs)
     total = len(core_sources) + len(binding_sources) + len(support_sources)
-    return info["ext_suffix"], len(steps), total
+    return info["ext_suffix"], steps, total

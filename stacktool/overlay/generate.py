@@ -128,6 +128,9 @@ def codegen(fork: Path, python: Path, cg: Path, ops: list[str]) -> bool:
     # the selected run's outputs name what the new ops change (_generated_headers):
     # outputs of an earlier op set must not linger
     shutil.rmtree(cg / "new", ignore_errors=True)
+    print(
+        f"overlay build: codegen ({len(jobs) + bool(ops)} generator runs in parallel)", flush=True
+    )
     if ops:
         jobs.append((
             [py, str(HERE / "codegen_main.py"), "--ops", ",".join(ops),

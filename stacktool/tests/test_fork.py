@@ -6,7 +6,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from stacktool import config, fork, patches, wheel
+from stacktool import config, fork, patches, undo, wheel
 from stacktool.errors import StackError
 from stacktool.git import git
 
@@ -79,6 +79,85 @@ class ForkTest(unittest.TestCase):
         self.assertTrue(patches.export(self.fork, self.patch_dir, self.doc, check=True))
         patches.export(self.fork, self.patch_dir, self.doc, check=False)
         self.assertEqual(fork.state(self.fork, self.patch_dir), "current")
+
+    def test_the_tools_worktrees_are_not_work_and_a_refusal_names_what_it_protects(self):
+        self.make_stack()
+        (self.fork / "a.py").write_text("x = 3\n")  # a fixup squashed in, not exported
+        git(self.fork, "commit", "-q", "--amend", "--no-edit", "a.py")
+        rewritten = git(self.fork, "rev-parse", "--short", "HEAD").strip()
+        gate_tree = self.dir / "build" / "gate" / "level-2" / "pytorch"  # `./stack lint` made it
+        git(self.fork, "worktree", "add", "--quiet", "--detach", str(gate_tree), "HEAD")
+        git(self.fork, "reset", "-q", "--hard", "attn/2")  # back to what patches/ holds
+        self.assertEqual(fork.state(self.fork, self.patch_dir), "current")
+        mine = self.dir / "mine"  # a worktree the user made is the user's work
+        git(self.fork, "worktree", "add", "--quiet", "--detach", str(mine), rewritten)
+        git(self.fork, "branch", "keep", rewritten)
+        state = fork.state(self.fork, self.patch_dir)
+        self.assertIn("has commits that are not on branch 'stack':", state)
+        self.assertIn(f"refs/heads/keep: {rewritten} Change a", state)
+        self.assertRegex(state, f"HEAD of worktree {mine}\\)?: {rewritten} Change a")
+        self.assertNotIn(str(gate_tree), state)
+        git(self.fork, "worktree", "remove", str(mine))
+        git(self.fork, "branch", "-D", "keep")
+        (self.fork / "a.py").write_text("stashed\n")
+        git(self.fork, "stash", "-q")
+        self.assertRegex(
+            fork.state(self.fork, self.patch_dir), r"^.*\n  stash@\{0\}: \w+ WIP on stack"
+        )
+
+    def landed_project(self):
+        """The project root as a git repository whose HEAD holds the exported stack."""
+        self.make_stack()
+        git(self.dir, "init", "-q")
+        git(self.dir, "add", "patches", patches.GRADIENT_DOC)
+        git(self.dir, "commit", "-qm", "landed", env={"GIT_AUTHOR_NAME": "Dev",
+                                                      "GIT_AUTHOR_EMAIL": "dev@x.invalid"})  # fmt: skip
+        fresh = self.dir / "fresh"  # what setup makes of the landed series: its commit ids
+        fork.materialize(self.tarball, self.patch_dir, fresh)
+        return (
+            config.Layout(self.dir),
+            patches.read(self.patch_dir),
+            git(fresh, "rev-parse", "HEAD"),
+        )
+
+    def test_undo_from_edits_local_commits_and_an_export_keeps_them_all(self):
+        layout, series, landed_head = self.landed_project()
+        self.assertFalse(undo.undo(layout, print))  # nothing to undo
+        self.commit(self.fork, "b.py", "y\n", "New work")  # a local commit, exported
+        (self.fork / "a.py").write_text("x = 3\n")
+        git(self.fork, "commit", "-q", "--amend", "--no-edit", "-a")
+        patches.export(self.fork, self.patch_dir, self.doc, check=False)
+        (self.fork / "a.py").write_text("edited\n")  # uncommitted, and an untracked file
+        (self.fork / "new.py").write_text("n\n")
+        messages = []
+        self.assertTrue(undo.undo(layout, messages.append))
+        self.assertEqual(patches.read(self.patch_dir), series)
+        self.assertEqual(git(self.fork, "rev-parse", "HEAD"), landed_head)  # the same commit ids
+        self.assertEqual(git(self.fork, "symbolic-ref", "HEAD").strip(), "refs/heads/stack")
+        self.assertEqual(git(self.fork, "status", "--porcelain"), "")
+        self.assertEqual(git(self.fork, "rev-parse", "attn/2"), landed_head)
+        self.assertEqual(patches.export(self.fork, self.patch_dir, self.doc, check=True), [])
+        self.assertEqual(fork.state(self.fork, self.patch_dir).count("\n  "), 2)  # kept, named
+        branch = git(self.fork, "branch", "--list", "undo/*", "--format=%(refname:short)").strip()
+        self.assertEqual(git(self.fork, "show", f"{branch}:b.py"), "y\n")
+        self.assertEqual(git(self.fork, "show", f"{branch}:a.py"), "x = 3\n")
+        git(self.fork, "checkout", "-q", branch)  # the edits were made on that stack
+        git(self.fork, "stash", "pop", "-q")
+        self.assertEqual((self.fork / "a.py").read_text(), "edited\n")
+        self.assertEqual((self.fork / "new.py").read_text(), "n\n")
+        self.assertEqual(len(messages), 3, messages)
+
+    def test_undo_refuses_what_it_could_not_keep_and_changes_nothing(self):
+        layout, series, _ = self.landed_project()
+        name = sorted(series)[1]
+        (self.patch_dir / name).write_bytes(series[name] + b"hand edit\n")
+        with self.assertRaisesRegex(StackError, "neither landed nor pytorch/'s stack"):
+            undo.undo(layout, print)
+        self.assertEqual((self.patch_dir / name).read_bytes(), series[name] + b"hand edit\n")
+        (self.patch_dir / name).write_bytes(series[name])
+        (self.fork / ".git" / "rebase-merge").mkdir()
+        with self.assertRaisesRegex(StackError, "middle of a rebase"):
+            undo.undo(layout, print)
 
     def test_stale_fork_is_replaceable_after_patches_change(self):
         self.make_stack()

@@ -7,6 +7,7 @@ from pathlib import Path
 from unittest import mock
 
 from stacktool import config, gate
+from stacktool.errors import StackError
 from stacktool.git import git
 
 IDENTITY = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid"}
@@ -34,13 +35,13 @@ class GateTreeTest(unittest.TestCase):
     def head(self) -> tuple[str, str]:
         return git(self.fork, "symbolic-ref", "HEAD").strip(), git(self.fork, "rev-parse", "HEAD")
 
-    def levels(self, build):
+    def levels(self, build, link=None, only=None):
         with (
             mock.patch.object(gate.wheel, "fetch"),
             mock.patch.object(gate.wheel, "unpack", return_value=(None, [])),
-            mock.patch.object(gate.wheel, "link"),
+            mock.patch.object(gate.wheel, "link", link or mock.MagicMock()),
         ):
-            return list(gate.each_level(self.layout, lambda message: None, build))
+            return list(gate.each_level(self.layout, lambda message: None, build, only))
 
     def test_levels_are_built_in_the_gate_tree_and_pytorch_never_moves(self):
         before, seen = self.head(), []
@@ -50,13 +51,30 @@ class GateTreeTest(unittest.TestCase):
             seen.append((layout.fork, (layout.fork / "a.txt").read_text()))
 
         self.levels(build)
-        tree = self.root / "build" / "gate" / "pytorch"
-        self.assertEqual(seen, [(tree, "level 1\n"), (tree, "level 2\n")])
+        tree = [self.root / "build" / "gate" / f"level-{n}" / "pytorch" for n in (1, 2)]
+        self.assertEqual(seen, [(tree[0], "level 1\n"), (tree[1], "level 2\n")])
         self.assertEqual(self.head(), before)
-        gate_layout = self.layout.gate_tree()
-        self.assertEqual(gate_layout.overlay, self.root / "build" / "gate" / "overlay")
-        self.assertEqual(gate_layout.python_env["PYTHONPATH"], str(tree))
+        gate_layout = self.layout.gate_tree(2)
+        self.assertEqual(gate_layout.overlay, self.root / "build" / "gate" / "level-2" / "overlay")
+        self.assertEqual(gate_layout.python_env["PYTHONPATH"], str(tree[1]))
         self.assertEqual(self.layout.python_env, {})
+
+    def test_a_second_run_rewrites_no_file_of_a_level_and_links_the_wheel_once(self):
+        links = []
+        link = lambda unpacked, tree: links.append(tree)  # noqa: E731
+        self.levels(lambda layout: None, link)
+        tree = self.layout.gate_tree(2).fork
+        stamp = (tree / "a.txt").stat().st_mtime_ns
+        self.levels(lambda layout: None, link)
+        self.assertEqual((tree / "a.txt").stat().st_mtime_ns, stamp)  # ninja sees nothing new
+        self.assertEqual(links, [self.layout.gate_tree(1).fork, tree])
+
+    def test_one_level_and_a_level_that_does_not_exist(self):
+        seen = [level for level, _, _ in self.levels(lambda layout: None, only=2)]
+        self.assertEqual(seen, [2])
+        self.assertFalse(self.layout.gate_tree(1).fork.exists())
+        with self.assertRaisesRegex(StackError, "no level 3: the stack has levels 1 to 2"):
+            self.levels(lambda layout: None, only=3)
 
     def test_an_interrupted_run_leaves_pytorch_as_it_was(self):
         before = self.head()
@@ -73,16 +91,17 @@ class GateTreeTest(unittest.TestCase):
 
     def test_what_a_run_left_in_the_tree_is_reset(self):
         self.levels(lambda layout: None)
-        tree = self.layout.gate_tree().fork
+        tree = self.layout.gate_tree(2).fork
         (tree / "a.txt").write_text("edited by a test\n")
         (tree / "left.txt").write_text("untracked\n")
         seen = []
         self.levels(lambda layout: seen.append((layout.fork / "a.txt").read_text()))
         self.assertEqual(seen, ["level 1\n", "level 2\n"])
         self.assertFalse((tree / "left.txt").exists())
+        self.assertEqual((tree / "a.txt").read_text(), "level 2\n")
 
     def test_a_broken_or_foreign_tree_is_made_again(self):
-        tree = self.layout.gate_tree().fork
+        tree = self.layout.gate_tree(2).fork
         tree.mkdir(parents=True)
         (tree / "junk").write_text("half-made\n")  # e.g. an interrupted `worktree add`
         self.levels(lambda layout: None)

@@ -3,6 +3,8 @@
 No compiler, except that one test runs the C preprocessor (c++ -E) where one is installed.
 """
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -168,6 +170,16 @@ class AddedLinesTest(unittest.TestCase):
         self.assertIn("namespace at::functorch {\nusing at::Tensor;\n#line", tu)
         self.assertIn(new, tu)
         self.assertNotIn("TORCH_LIBRARY", tu)
+
+    def test_run_that_starts_with_a_directive_keeps_its_lines(self):
+        # an added `#if` opening a run must not drop the run's other lines
+        new = "#if defined(CPU_CAPABILITY_AVX2)\nint attn_helper() { return 1; }\n#else\n#endif"
+        text, added = insert_after(SOURCE, "static int helper()", new)
+        tu = added_lines.added_lines_tu(text, added, "f.cpp")
+        self.assertIn("int attn_helper() { return 1; }", tu)
+        self.assertLess(tu.index("#if defined(CPU_CAPABILITY_AVX2)"), tu.index("attn_helper"))
+        self.assertLess(tu.index("attn_helper"), tu.index("#else"))
+        self.assertEqual(tu.count("{"), tu.count("}"))
 
     def test_added_code_sees_the_files_typedefs(self):
         # a batch rule returning the file's `twoOutputs` (BatchRulesLinearAlgebra.cpp)
@@ -711,6 +723,40 @@ class CpuKernelTest(unittest.TestCase):
         self.assertEqual(set(flags), {"DEFAULT", "AVX2", "AVX512"})
         self.assertIn("-DCPU_CAPABILITY=AVX2 -DCPU_CAPABILITY_AVX2 -O3 -mavx2 -mfma", flags["AVX2"])
         self.assertIn("-DCPU_CAPABILITY=DEFAULT -DCPU_CAPABILITY_DEFAULT -O3", flags["DEFAULT"])
+
+
+class NinjaProgressTest(unittest.TestCase):
+    """The build names each translation unit as it finishes, counted against the run's total."""
+
+    def fake_ninja(self, status: int) -> tuple[str, Path]:
+        tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, tmp)
+        script = tmp / "ninja"
+        script.write_text(
+            "#!/bin/sh\n"
+            'case "$*" in *-n*) printf "[1/3] CXX /f/a.cpp\\n[2/3] CXX /f/b.cpp\\n"; exit 0;; esac\n'
+            'echo "[1/3] CXX /f/a.cpp"; echo "[2/3] CXX /f/b.cpp"\n'
+            'echo "b.cpp:1: error"\n'
+            f"exit {status}\n"
+        )
+        script.chmod(0o755)
+        return str(script), tmp
+
+    def test_each_finished_tu_is_a_line(self):
+        script, tmp = self.fake_ninja(0)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(compile.ninja(script, tmp, 2), 2)
+        self.assertEqual(
+            out.getvalue().splitlines(),
+            ["overlay build: compiled 1/2 TUs: a.cpp", "overlay build: compiled 2/2 TUs: b.cpp"],
+        )
+
+    def test_a_failed_compile_shows_the_compiler_output(self):
+        script, tmp = self.fake_ninja(1)
+        with contextlib.redirect_stdout(io.StringIO()):
+            with self.assertRaisesRegex(StackError, "overlay compile failed(.|\n)*b.cpp:1: error"):
+                compile.ninja(script, tmp, 2)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""`./stack lint`: what it lints (the working tree, or commits), how it counts and reports."""
+
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+from stacktool import config, lint
+from stacktool.git import git
+
+IDENTITY = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid"}
+
+# A stand-in for lintrunner: records its arguments, reports two findings in bad.py and one
+# in other.py for the FLAKE8 run, and warns as lintrunner does before `lintrunner init`.
+LINTRUNNER = """#!/usr/bin/env python3
+import json, sys
+linter, paths = sys.argv[2], sys.argv[5:]
+open({calls!r}, "a").write(json.dumps([linter, paths]) + "\\n")
+print("WARNING: No previous init data found. You should run `lintrunner init`.", file=sys.stderr)
+found = [(path, line) for path, line in (("bad.py", 1), ("bad.py", 2), ("other.py", 1))
+         if path in paths and linter == "FLAKE8"]
+for path, line in found:
+    print(json.dumps({{"path": {fork!r} + "/" + path, "line": line, "code": "FLAKE8",
+                      "name": "E1", "description": "bad\\nmore"}}))
+sys.exit(1 if found else 0)
+"""
+
+
+class LintTest(unittest.TestCase):
+    def setUp(self):
+        self.root = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.root)
+        self.layout = config.Layout(self.root)
+        self.fork = self.layout.fork
+        self.fork.mkdir()
+        git(self.fork, "init", "-q", "--initial-branch", config.BRANCH)
+        (self.fork / "up.py").write_text("x = 1\n")
+        self.commit("pristine")
+        git(self.fork, "tag", config.BASE_REF)
+        (self.fork / "other.py").write_text("y = 1\n")
+        self.commit("level 1")
+        self.calls = self.root / "calls"
+        venv = self.root / ".venv-lint" / "bin"
+        venv.mkdir(parents=True)
+        (venv / "lintrunner").write_text(
+            LINTRUNNER.format(calls=str(self.calls), fork=str(self.fork))
+        )
+        (venv / "dmypy").write_text("#!/bin/sh\n")
+        for tool in venv.iterdir():
+            tool.chmod(0o755)
+        patcher = mock.patch.object(lint, "ensure", return_value=venv.parent)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def commit(self, message):
+        git(self.fork, "add", "-A")
+        git(self.fork, "commit", "-qm", message, env=IDENTITY)
+
+    def lint(self, layout, base, tip):
+        logged, out = [], io.StringIO()
+        with contextlib.redirect_stdout(out):
+            result = lint.run(layout, base, tip, "lint", logged.append)
+        calls = [json.loads(line) for line in self.calls.read_text().splitlines()]
+        self.calls.unlink()
+        return result, logged, out.getvalue(), calls
+
+    def test_the_working_tree_with_uncommitted_and_untracked_files(self):
+        (self.fork / "up.py").write_text("x = 2\n")  # uncommitted
+        (self.fork / "bad.py").write_text("z\n")  # untracked
+        result, logged, out, calls = self.lint(self.layout, config.BASE_REF, None)
+        self.assertEqual([linter for linter, _ in calls], list(lint.LINTERS))
+        self.assertEqual(calls[0][1], ["bad.py", "other.py", "up.py"])
+        self.assertEqual(logged[0], f"lint: {lint.LINTERS[0]} over 3 file(s)")
+        self.assertEqual(logged[-1], "lint: findings in 2 of 3 files")  # files, not findings
+        self.assertEqual((result.passed, result.failed), (0, 1))
+        self.assertIn("FLAKE8 bad.py:2: E1: bad\n", out)
+        self.assertNotIn("lintrunner init", out)
+        _, _, _, calls = self.lint(self.layout, "HEAD", None)  # --changed
+        self.assertEqual(calls[0][1], ["bad.py", "up.py"])
+
+    def test_a_commit_and_a_clean_result(self):
+        result, logged, out, calls = self.lint(self.layout, "HEAD~1", "HEAD")
+        self.assertEqual(calls[0][1], ["other.py"])
+        self.assertEqual(logged[-1], "lint: findings in 1 of 1 files")
+        (self.fork / "fine.py").write_text("ok = 1\n")
+        self.commit("level 2")
+        result, logged, out, calls = self.lint(self.layout, "HEAD~1", "HEAD")
+        self.assertEqual((result.passed, result.failed, out), (1, 0, ""))
+        self.assertEqual(logged[-1], "lint: no findings in 1 files")
+
+
+if __name__ == "__main__":
+    unittest.main()
