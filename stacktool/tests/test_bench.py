@@ -1,8 +1,16 @@
-"""The benchmark's pure parts (targets, verdicts, the report) on synthetic numbers; no torch."""
+"""The benchmark's pure parts (targets, verdicts, the report, the timing loop, the floor's
+calls, progress) on synthetic numbers and fakes; no torch."""
 
+import contextlib
+import io
+import json
+import tempfile
 import unittest
+from pathlib import Path
+from unittest import mock
 
 from stacktool import bench
+from stacktool.config import Layout
 
 
 def timing(rows, has_native=True):
@@ -38,6 +46,13 @@ def verdicts(found):
     return [(c.text, c.where, c.verdict) for c in found]
 
 
+def tanh_row(capability, case, threads, old, new, sleef=None):
+    ms = {"v2.6.0": old, "this stack": new}
+    if sleef is not None:
+        ms["Sleef u10"] = sleef
+    return {"capability": capability, "case": case, "threads": threads, "ms": ms}
+
+
 class ChecksTest(unittest.TestCase):
     def test_targets_by_size(self):
         rows = [row(s, 1.0, 2.0, 2.0, floor=1.0) for s in bench.SIZES]
@@ -51,10 +66,11 @@ class ChecksTest(unittest.TestCase):
              ("native", "2048")],
         )  # fmt: skip
         self.assertEqual([c.bound for c in found[:6:2]], [1.5, 1.5, 1.15])
+        self.assertEqual({c.source for c in found}, {bench.ATTN_GOALS})
 
     def test_bounds_are_inclusive_and_directions_right(self):
         found = bench.checks(results([
-            row((2, 3, 4), native=0.2, composite=0.3, compile=0.19),  # 1.50x met; 0.95x not met
+            row((2, 3, 4), native=2.0, composite=3.0, compile=1.9),  # 1.50x met; 0.95x not met
             row((512, 64, 64), native=10.0, composite=11.4, compile=10.0),  # 1.14x not met; 1.0x met
             row((2048, 64, 64), native=21.9, composite=40.0, compile=30.0, floor=20.0),
             row((4096, 128, 128), native=22.2, composite=40.0, compile=30.0, floor=20.0),
@@ -75,6 +91,23 @@ class ChecksTest(unittest.TestCase):
         ])  # fmt: skip
         self.assertAlmostEqual(found[-1].ratio, 50 / 67)
 
+    def test_ratios_shown_as_measured_and_never_rounded_into_met(self):
+        def check(ratio, bound, at_least):
+            return bench.Check("t", "w", ratio, bound, at_least)
+
+        tie = check(247 / 248, 1.0, True)  # torch.compile 247 ms against native 248 ms
+        self.assertEqual((tie.shown, tie.verdict), ("0.996", "not met"))
+        self.assertEqual((check(0.9996, 1.0, True).shown, check(0.9996, 1.0, True).verdict),
+                         ("0.9996", "not met"))  # "1.000" would read as met  # fmt: skip
+        self.assertEqual((check(1.1004, 1.1, False).shown, check(1.1004, 1.1, False).verdict),
+                         ("1.1004", "not met"))  # fmt: skip
+        self.assertEqual((check(1.0996, 1.1, False).shown, check(1.0996, 1.1, False).verdict),
+                         ("1.100", "met"))  # fmt: skip
+        self.assertEqual((check(1.5, 1.5, True).shown, check(1.5, 1.5, True).verdict),
+                         ("1.500", "met"))  # fmt: skip
+        self.assertEqual((check(None, 1.0, True).shown, check(None, 1.0, True).verdict),
+                         ("n/a", "n/a"))  # fmt: skip
+
     def test_memory_over_bound_is_not_met(self):
         found = bench.checks(results([], memory(98.0)))
         self.assertEqual(
@@ -94,56 +127,106 @@ class ChecksTest(unittest.TestCase):
                          ("compile / native >= 1.00", "64, 32, 32 forward", "not met"))  # fmt: skip
         self.assertEqual(len(found), 2)
 
-    def test_tanh_target_at_one_thread_on_this_cpus_capability(self):
-        def tanh_row(capability, threads, old, new):
-            return {"capability": capability, "threads": threads,
-                    "ms": {"v2.6.0": old, "this stack": new}}  # fmt: skip
+    def test_native_faster_than_the_floor_is_named(self):
+        rows = [row((2048, 64, 64), 30.0, 40.0, 40.0, floor=30.2),
+                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0)]  # fmt: skip
+        self.assertEqual(bench.below_floor(results(rows, memory(10.0))),
+                         ["2048, 64, 64 (30 against 30.2 ms)"])  # fmt: skip
+        text = bench.report(results(rows, memory(10.0)), bench.QUICK)
+        self.assertIn("native measured faster than the floor at 2048, 64, 64", text)
+        rows[0]["ms"]["floor"] = 29.0
+        self.assertNotIn("measured faster than the floor", bench.report(results(rows, memory(10.0)),
+                                                                bench.QUICK))  # fmt: skip
 
-        tanh = {"own": "avx2", "rows": [
-            tanh_row("default", 1, 20.0, 40.0), tanh_row("default", 2, 10.0, 20.0),
-            tanh_row("avx2", 1, 14.0, 2.8), tanh_row("avx2", 2, 10.0, 2.5),
+
+class TanhChecksTest(unittest.TestCase):
+    def test_five_x_for_contiguous_at_one_thread_with_avx2_and_avx512_else_not_slower(self):
+        tanh = {"capabilities": ["default", "avx2", "avx512"], "rows": [
+            tanh_row("default", "contiguous", 1, 13.5, 13.0),  # 1.04: not slower
+            tanh_row("avx2", "contiguous", 1, 14.0, 2.8, sleef=9.0),  # 5.00
+            tanh_row("avx2", "contiguous", 2, 7.0, 7.5, sleef=4.5),  # 0.933
+            tanh_row("avx2", "rows of 17", 1, 8.65, 1.09),
+            tanh_row("avx512", "contiguous", 1, 10.7, 2.2),  # 4.86
+            tanh_row("avx512", "bf16 inner stride 2", 1, 10.7, 27.5),
         ]}  # fmt: skip
-        found = bench.checks(results([], memory(10.0), tanh=tanh))
-        self.assertEqual(verdicts(found)[-1], (
-            "v2.6.0 / this stack >= 5.00", "tanh 2048, 2048, 1 thread, avx2", "met"))  # fmt: skip
-        self.assertEqual(len(found), 2)  # default's 0.5x is reported, not a target
-        slower = {**tanh, "rows": [tanh_row("avx2", 1, 14.0, 2.9)]}
-        self.assertEqual(
-            bench.checks(results([], memory(10.0), tanh=slower))[-1].verdict, "not met"
-        )
+        found = bench.checks(results([], memory(10.0), tanh=tanh))[1:]
+        self.assertEqual([(c.where, c.bound, c.verdict) for c in found], [
+            ("tanh contiguous, 1 thread, default", 0.95, "met"),
+            ("tanh contiguous, 1 thread, avx2", 5.0, "met"),
+            ("tanh contiguous, 2 threads, avx2", 0.95, "not met"),
+            ("tanh rows of 17, 1 thread, avx2", 0.95, "met"),
+            ("tanh contiguous, 1 thread, avx512", 5.0, "not met"),
+            ("tanh bf16 inner stride 2, 1 thread, avx512", 0.95, "not met"),
+        ])  # fmt: skip
+        self.assertEqual({c.source for c in found}, {bench.ISSUE_18})
+
         text = bench.report(results([], memory(10.0), tanh=tanh), bench.FULL)
-        self.assertIn("| default | 1 | 20 | 40 | 0.50 |", text)
-        self.assertIn("| avx2 (this CPU's) | 1 | 14 | 2.8 | 5.00 |", text)
+        self.assertIn("| default | contiguous | 1 | 13.5 | n/a | 13 | n/a | 1.038 | >= 0.95 "
+                      "| met |", text)  # fmt: skip
+        self.assertIn("| avx2 | contiguous | 1 | 14 | 9 | 2.8 | 3.214 | 5.000 | >= 5.00 "
+                      "| met |", text)  # fmt: skip
+        self.assertIn("| avx512 | contiguous | 1 | 10.7 | n/a | 2.2 | n/a | 4.864 | >= 5.00 "
+                      "| not met |", text)  # fmt: skip
+        self.assertIn("tanh: 3 met, 3 not met, 0 n/a.", text)
+        self.assertNotIn("skipped, this CPU lacks it", text)
+        no_avx512 = {**tanh, "capabilities": ["default", "avx2"], "rows": tanh["rows"][:4]}
+        text = bench.report(results([], memory(10.0), tanh=no_avx512), bench.FULL)
+        self.assertIn("; avx512: skipped, this CPU lacks it.", text)
+
+    def test_rows_merge_the_builds_of_each_capability(self):
+        def result(*rows):
+            return {"rows": [{"case": c, "threads": t, "impl": i, "ms": ms, "iqr_ms": 0.1}
+                             for c, t, i, ms in rows]}  # fmt: skip
+
+        found = {
+            ("avx2", "v2.6.0"): result(
+                ("contiguous", 1, "torch", 13.0), ("contiguous", 1, "sleef", 9.0)
+            ),  # fmt: skip
+            ("avx2", "this stack"): result(("contiguous", 1, "torch", 2.5)),
+            ("default", "v2.6.0"): result(("column", 1, "torch", 0.04)),
+            ("default", "this stack"): result(("column", 1, "torch", 0.05)),
+        }
+        rows = bench.tanh_rows(["default", "avx2"], found)
+        self.assertEqual([(r["capability"], r["case"], r["ms"]) for r in rows], [
+            ("default", "column", {"v2.6.0": 0.04, "this stack": 0.05}),
+            ("avx2", "contiguous", {"v2.6.0": 13.0, "Sleef u10": 9.0, "this stack": 2.5}),
+        ])  # fmt: skip
 
 
 class ReportTest(unittest.TestCase):
-    def test_report_tables_and_tally(self):
+    def test_report_tables_sources_and_tally(self):
         rows = [
             {"size": [2, 3, 4], "pass": bench.FWD, "ms": {"native": 0.01, "composite": 0.0123,
                                                            "function": 0.05, "compile": 0.04}},
             row((2, 3, 4), native=0.1, composite=0.2, compile=0.3, floor=0.05),
         ]  # fmt: skip
         text = bench.report(results(rows, memory(50.0)), bench.QUICK)
-        self.assertIn("2 threads (torch.set_num_threads)", text)
-        self.assertIn("minimum over 3 repeats", text)
+        self.assertIn("Each step is a `Timer` with num_threads=2", text)
+        self.assertIn("blocked_autorange(min_run_time=0.01)", text)
+        self.assertIn("repeated 2 times per step", text)
         self.assertIn("load average 0.0 before timing, 2.0 after", text)
+        self.assertIn("(README, section Benchmark)", text)
+        self.assertNotIn("spec", text)
         self.assertIn(
             "| n, d, dv | pass | native torch.attn | composite (eager) | PR 2 Function "
             "| torch.compile(composite) | floor |", text)  # fmt: skip
         self.assertIn("| 2, 3, 4 | forward | 0.01 | 0.0123 | 0.05 | 0.04 | n/a |", text)
         self.assertIn("| 2, 3, 4 | forward+backward | 0.1 | 0.2 | 1 | 0.3 | 0.05 |", text)
-        self.assertIn("| PR 2 Function | 116.0 | 1.73 |", text)
-        self.assertIn("| compile / native >= 1.00 | 2, 3, 4 forward | 4.00 | met |", text)
+        self.assertIn("| PR 2 Function | 116.0 | 1.731 |", text)
+        self.assertIn("| compile / native >= 1.00 | 2, 3, 4 forward | 4.000 | met |", text)
         self.assertIn(
-            "| composite / native >= 1.50 | 2, 3, 4 forward+backward | 2.00 | met |", text
+            "| composite / native >= 1.50 | 2, 3, 4 forward+backward | 2.000 | met |", text
         )
         self.assertIn(
-            "| native / composite <= 0.75 | 2048, 64, 64 peak memory | 0.75 | met |", text
+            "| native / composite <= 0.75 | 2048, 64, 64 peak memory | 0.746 | met |", text
         )
-        self.assertTrue(text.endswith("4 met, 0 not met, 0 n/a\n"))
+        self.assertTrue(text.endswith("torch.attn: 4 met, 0 not met, 0 n/a. All targets of this "
+                                      "run, tanh's included: 4 met, 0 not met, 0 n/a.\n"))  # fmt: skip
+        self.assertIn("(bench.png)", text)
         self.assertNotIn("does not exist", text)
-        self.assertNotIn("2^32", text)  # no accuracy or profile sections in a quick run
+        self.assertNotIn("2^32", text)  # no tanh, accuracy or profile sections in a quick run
         self.assertNotIn("torch.profiler", text)
+        self.assertNotIn("Sleef", text)
 
     def test_report_without_native_says_so(self):
         rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5)]
@@ -151,7 +234,7 @@ class ReportTest(unittest.TestCase):
         self.assertIn("torch.attn does not exist in this build: n/a.", text)
         self.assertIn("| 64, 32, 32 | forward+backward | n/a | 1 | 1 | 1.5 | 0.5 |", text)
         self.assertNotIn("native torch.attn |", text.split("| method |")[1].split("Targets")[0])
-        self.assertTrue(text.endswith("0 met, 0 not met, 3 n/a\n"))
+        self.assertIn("torch.attn: 0 met, 0 not met, 3 n/a.", text)
 
     def test_accuracy_and_profile_sections(self):
         accuracy = [
@@ -171,14 +254,138 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| aten::mm | 5 | 40.27 |", text)
         self.assertIn("a step took 120.0 us; the ops' self times add up to 90.0 us", text)
 
+    def test_plotted_ratios_and_composite_targets(self):
+        rows = [row((64, 32, 32), 2.0, 3.0, 1.0, floor=1.5),
+                row((512, 64, 64), 4.0, 5.0, None),
+                {**row((512, 64, 64), None, 5.0, 6.0), "pass": bench.FWD}]  # fmt: skip
+        found = bench.ratio_series(timing(rows))
+        self.assertEqual(found[bench.FWD_BWD], {
+            "sizes": [(64, 32, 32), (512, 64, 64)],
+            "ratios": {"composite": [1.5, 1.25], "compile": [0.5, None]},
+            "composite target": [1.5, 1.15],
+        })  # fmt: skip
+        self.assertEqual(found[bench.FWD], {"sizes": [(512, 64, 64)], "ratios": {},
+                                            "composite target": [None]})  # fmt: skip
 
-class BestTimesTest(unittest.TestCase):
-    def test_warms_up_then_interleaves_repeats(self):
-        calls = []
-        steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
-        found = bench.best_times(steps, repeats=2, block_s=0.0)  # one call per block
-        self.assertEqual(calls, ["a"] * 3 + ["b"] * 3 + ["a", "b", "a", "b"])
-        self.assertEqual(sorted(found), ["a", "b"])
+
+class Timer:
+    """A stand-in for torch.utils.benchmark.Timer that logs what it is asked."""
+
+    log: list = []
+
+    def __init__(self, stmt, globals, num_threads, timer):
+        self.step, self.threads = globals["step"], num_threads
+        self.log.append(("Timer", stmt, num_threads))
+
+    def blocked_autorange(self, min_run_time):
+        self.step()
+        self.log.append(("blocked_autorange", self.threads, min_run_time))
+        return mock.Mock(times=[self.threads * 1e-3, self.threads * 3e-3])
+
+
+class MeasureTest(unittest.TestCase):
+    def test_warms_up_then_interleaves_rounds_and_pools_blocks(self):
+        calls, Timer.log = [], []
+        steps = {"a": (lambda: calls.append("a"), 1), "b": (lambda: calls.append("b"), 2)}
+        found = bench.measure(steps, bench.Settings((), rounds=2, min_run_time=0.5), Timer)
+        self.assertEqual(calls, ["a", "a", "b", "b", "a", "b", "a", "b"])
+        self.assertEqual(Timer.log, [
+            ("Timer", "step()", 1), ("Timer", "step()", 2),
+            ("blocked_autorange", 1, 0.5), ("blocked_autorange", 2, 0.5),
+            ("blocked_autorange", 1, 0.5), ("blocked_autorange", 2, 0.5),
+        ])  # fmt: skip
+        self.assertEqual(found["a"]["blocks"], 4)  # two blocks from each of two rounds
+        self.assertAlmostEqual(found["a"]["ms"], 2.0)  # median of 1, 3, 1, 3 ms
+        self.assertAlmostEqual(found["b"]["ms"], 4.0)
+
+    def test_pooled_median_and_interquartile_range(self):
+        found = bench.pooled([1e-3, 2e-3, 3e-3, 4e-3, 100e-3])  # one disturbed block
+        self.assertAlmostEqual(found["ms"], 3.0)
+        self.assertAlmostEqual(found["iqr_ms"], 52.0 - 1.5)
+        self.assertEqual(bench.pooled([2e-3]), {"ms": 2.0, "iqr_ms": 0.0, "blocks": 1})
+
+
+class Fake:
+    """A tensor (or the torch module) that records the calls made on it."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __repr__(self):
+        return self.name
+
+    @property
+    def T(self):
+        return Fake(f"{self.name}.T", self.log)
+
+    def detach(self):
+        return self
+
+    def tanh_(self):
+        self.log.append(f"{self.name}.tanh_()")
+        return self
+
+    def mm(self, a, b):
+        self.log.append(f"mm({a}, {b})")
+        return Fake(f"mm({a}, {b})", self.log)
+
+
+class FloorTest(unittest.TestCase):
+    def test_the_floor_makes_the_calls_of_attn_and_attn_backward(self):
+        log = []
+        torch = Fake("torch", log)
+        torch.addmm = lambda c, a, b: log.append(f"addmm({c}, {a}, {b})") or Fake("gx", log)
+        torch.ops = mock.Mock()
+        torch.ops.aten.tanh_backward.grad_input = lambda g, a, grad_input: log.append(
+            f"tanh_backward({g}, {a}, grad_input={grad_input})"
+        )
+        q, k, v, go, ga = (Fake(name, log) for name in ("q", "k", "v", "go", "ga"))
+        bench.floor_step(torch, q, k, v, go, ga)()
+        a = "mm(q, k.T)"
+        self.assertEqual(log, [
+            a, f"{a}.tanh_()",  # the kernel: tanh in place, no second n x n buffer
+            f"mm({a}, v)",
+            f"mm({a}.T, go)",  # grad_v
+            "addmm(ga, go, v.T)",  # gA + gO v^T in one call
+            f"tanh_backward(gx, {a}, grad_input=gx)",  # written into that buffer
+            "mm(gx, k)", "mm(gx.T, q)",  # grad_q, grad_k
+        ])  # fmt: skip
+
+
+class RunTest(unittest.TestCase):
+    def test_quick_run_names_each_phase_and_workers_get_no_cuda_toolkit(self):
+        layout = Layout(Path("/nonexistent"))
+        quick_timing = timing([row((2, 3, 4), 1.0, 2.0, 2.0, floor=0.5)])
+        spawned = []
+
+        def fake_run(cmd, cwd, env):  # the workers, by what they write
+            spawned.append((cmd[3], env))
+            if cmd[3] == "timing":
+                Path(cmd[4]).write_text(json.dumps(quick_timing))
+            elif cmd[3] == "memory":
+                Path(cmd[4]).write_text(json.dumps({"method": cmd[-1], "mb": 10.0}))
+            return mock.Mock(returncode=0)
+
+        err, out = io.StringIO(), io.StringIO()
+        with (tempfile.TemporaryDirectory() as tmp,
+              mock.patch.object(bench.subprocess, "run", fake_run),
+              contextlib.redirect_stderr(err), contextlib.redirect_stdout(out)):  # fmt: skip
+            self.assertEqual(bench.run(layout, Path(tmp), quick=True), 0)
+            written = sorted(path.name for path in Path(tmp).iterdir())
+        self.assertEqual(written, ["bench.json", "bench.md"])
+        self.assertEqual([name for name, _ in spawned], ["timing", "memory", "memory", "plot"])
+        for _, env in spawned:
+            self.assertEqual((env["CUDA_HOME"], env["CUDA_PATH"]), ("", ""))
+        phases = [line.split("] ", 1)[1] for line in err.getvalue().splitlines()]
+        self.assertEqual(phases, [
+            "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
+            "(one process)",
+            "peak memory: native torch.attn (a fresh process)",
+            "peak memory: composite (eager) (a fresh process)",
+            "plotting",
+            f"wrote bench.md, bench.json to {tmp}",
+        ])  # fmt: skip
+        self.assertIn("# torch.attn benchmark", out.getvalue())
 
 
 if __name__ == "__main__":
