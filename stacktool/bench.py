@@ -342,6 +342,7 @@ def report(results: dict, settings: Settings) -> str:
         f"before timing, {timing['load'][1]:.1f} after (this run's own threads count): other "
         "processes on these cores make the times noisy, so compare ratios within one run only.",
         "",
+        *summary(results),
         "How the times are taken: torch.utils.benchmark, upstream's tool for a PR's figures. "
         f"Each step is a `Timer` with num_threads={timing['threads']}; "
         f"`blocked_autorange(min_run_time={settings.min_run_time:g})` picks a block size "
@@ -399,6 +400,45 @@ def report(results: dict, settings: Settings) -> str:
 
 TANH_HEADER = ["capability", "case", "threads", *TANH_BUILDS, "Sleef / this stack",
                "v2.6.0 / this stack", "target", "verdict"]  # fmt: skip
+
+
+def series(results: dict, other: str, inverse: bool = False) -> str:
+    """One forward+backward ratio per size, as measured: "1.335 at 2, 3, 4; ..."."""
+    found = []
+    for row in results["timing"]["rows"]:
+        native, value = row["ms"].get("native"), row["ms"].get(other)
+        if row["pass"] == FWD_BWD and native and value:
+            found.append(f"{native / value if inverse else value / native:.3f} at "
+                         f"{fmt_size(row['size'])}")  # fmt: skip
+    return "; ".join(found) or "n/a"
+
+
+def summary(results: dict) -> list[str]:
+    """The run in a few lines (what the README quotes): the ratios the targets are about."""
+    found = checks(results)
+    attn = [c for c in found if c.source != ISSUE_18]
+    missed = [f"{c.text} at {c.where} ({c.shown})" for c in attn if c.verdict == "not met"]
+    lines = [
+        "## Summary",
+        "",
+        f"- forward+backward, composite / native: {series(results, 'composite')}",
+        f"- forward+backward, torch.compile / native: {series(results, 'compile')}",
+        f"- forward+backward, native / floor: {series(results, 'floor', inverse=True)}",
+        f"- peak memory, native / composite: {attn[-1].shown}",
+        f"- torch.attn's targets: {tally(attn)}"
+        + (f"; not met: {'; '.join(missed)}" * bool(missed)),
+    ]
+    tanh = tanh_checks(results.get("tanh"))
+    if tanh:
+        speedups = [f"{c.shown} {c.where.rsplit(', ', 1)[1]}" for c in tanh
+                    if c.where.startswith("tanh contiguous, 1 thread,")]  # fmt: skip
+        slower = [f"{c.where.removeprefix('tanh ')} ({c.shown} for >= {c.bound:.2f})"
+                  for c in tanh if c.verdict == "not met"]  # fmt: skip
+        lines += [
+            "- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: " + ", ".join(speedups),
+            f"- tanh's targets: {tally(tanh)}" + (f"; not met: {'; '.join(slower)}" * bool(slower)),
+        ]
+    return [*lines, ""]
 
 
 def tanh_section(tanh: dict | None) -> list[str]:

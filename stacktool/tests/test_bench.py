@@ -228,6 +228,28 @@ class ReportTest(unittest.TestCase):
         self.assertNotIn("torch.profiler", text)
         self.assertNotIn("Sleef", text)
 
+    def test_summary_quotes_the_targets_ratios(self):
+        rows = [row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022),
+                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0)]  # fmt: skip
+        tanh = {"capabilities": ["default", "avx2"], "rows": [
+            tanh_row("default", "contiguous", 1, 13.5, 13.6),
+            tanh_row("avx2", "contiguous", 1, 13.5, 2.59),
+            tanh_row("avx2", "rows of 17", 1, 8.65, 9.5),
+        ]}  # fmt: skip
+        text = "\n".join(bench.summary(results(rows, memory(34.9, 50.0), tanh=tanh)))
+        self.assertIn("- forward+backward, composite / native: 1.335 at 2, 3, 4; 1.310 at "
+                      "4096, 128, 128\n", text)  # fmt: skip
+        self.assertIn("- forward+backward, native / floor: 2.918 at 2, 3, 4; 1.033 at 4096, "
+                      "128, 128\n", text)  # fmt: skip
+        self.assertIn("- peak memory, native / composite: 0.698\n", text)
+        self.assertIn("- torch.attn's targets: 4 met, 2 not met, 0 n/a; not met: composite / "
+                      "native >= 1.50 at 2, 3, 4 forward+backward (1.335); compile / native >= "
+                      "1.00 at 4096, 128, 128 forward+backward (0.996)\n", text)  # fmt: skip
+        self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: 0.993 "
+                      "default, 5.212 avx2\n", text)  # fmt: skip
+        self.assertIn("- tanh's targets: 2 met, 1 not met, 0 n/a; not met: rows of 17, 1 thread, "
+                      "avx2 (0.911 for >= 0.95)\n", text)  # fmt: skip
+
     def test_report_without_native_says_so(self):
         rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5)]
         text = bench.report(results(rows, memory(None), has_native=False), bench.FULL)
