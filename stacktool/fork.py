@@ -29,6 +29,7 @@ __pycache__/
 .ruff_cache/
 .mypy_cache/
 /.dmypy.json
+/.ci/docker/requirements-ci.txt
 /.lintbin/
 /test/test-reports/
 *.stack-tmp

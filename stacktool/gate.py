@@ -5,7 +5,7 @@ to pristine upstream, then, in a worktree of the fork of its own per level
 (build/gate/level-N/pytorch, with its own overlay build in build/gate/level-N/overlay),
 checks out each PR level's commit, lints the
 files it touches and runs that level's tests with upstream's own runners, proving first which
-torch they import. pytorch/, build/overlay and the venv's `import torch` are never changed,
+torch they import; last, the README's edit loop as written (loop.py). pytorch/, build/overlay and the venv's `import torch` are never changed,
 whatever happens to the run. It ends with a plain `N passed, M failed` line and exits
 non-zero on any failure.
 """
@@ -16,7 +16,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from stacktool import fork, levels, lint, patches, venv, wheel
+from stacktool import fork, levels, lint, loop, patches, venv, wheel
 from stacktool.config import BASE_REF, Layout
 from stacktool.errors import StackError
 from stacktool.git import git
@@ -117,6 +117,7 @@ def run(layout: Layout, log, build) -> int:
         for result in [lint_result, *levels.run(level, gate, log)]:
             result.name = f"level {level}: {result.name.removeprefix(f'level {level}: ')}"
             results.append(result)
+    results.append(loop.run(layout, log))
     return report(results)
 
 

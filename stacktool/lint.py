@@ -27,7 +27,10 @@ LINTERS = (
 # rule is checked here instead against the labels upstream's own test files carry.
 OWNERS = re.compile(r"^# Owner\(s\): (\[.*\])$", re.M)
 LINTRUNNER = "lintrunner==0.12.5"
-LINT_LEFTOVERS = (".mypy_cache/", "/.dmypy.json")  # also in fork.REMADE
+# mypy_plugins/check_mypy_version.py reads mypy's pin from this file, which Debian's tarball
+# lacks (no .ci/): without it the daemon crashes and upstream's adapter reports nothing.
+MYPY_PIN = ".ci/docker/requirements-ci.txt"
+LINT_LEFTOVERS = (".mypy_cache/", "/.dmypy.json", f"/{MYPY_PIN}")  # also in fork.REMADE
 
 
 def requirements(fork: Path) -> list[str]:
@@ -48,11 +51,17 @@ def requirements(fork: Path) -> list[str]:
 def ensure(layout: Layout) -> Path:
     """The lint venv with the pinned linters; `.lintbin/clang-format` linked in the fork.
 
-    What the linters leave in the fork (mypy's cache and daemon file) is ignored there: a
-    fork made before they were in fork.REMADE gets the lines too.
+    What the linters leave in the fork (mypy's cache and daemon file, MYPY_PIN) is ignored
+    there: a fork made before they were in fork.REMADE gets the lines too.
     """
     lint_venv = layout.root / ".venv-lint"
-    venv.ensure(lint_venv, requirements(layout.fork))
+    pins = requirements(layout.fork)
+    venv.ensure(lint_venv, pins)
+    if not (layout.fork / MYPY_PIN).exists():
+        (layout.fork / MYPY_PIN).parent.mkdir(parents=True, exist_ok=True)
+        (layout.fork / MYPY_PIN).write_text(
+            "".join(f"{p}\n" for p in pins if p.startswith("mypy=="))
+        )
     lintbin = layout.fork / ".lintbin"
     lintbin.mkdir(exist_ok=True)
     (lintbin / "clang-format").unlink(missing_ok=True)
@@ -107,10 +116,14 @@ def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
                        capture_output=True)  # fmt: skip
     added = files(layout.fork, base, tip, only="A")
     extra = test_owners(layout.fork, paths) + new_cpp_formatted(layout.fork, added, lint_venv)
-    report = [show(layout.fork, m) for m in messages] + extra + failures
-    with_findings = {
-        str(Path(m["path"]).relative_to(layout.fork)) for m in messages if m.get("path")
-    }
+    for m in messages:
+        m["path"] = m.get("path") and str(Path(layout.fork, m["path"]).relative_to(layout.fork))
+    elsewhere = [m for m in messages if m["path"] and m["path"] not in paths]
+    if elsewhere:  # MYPY checks what the files import too: upstream's own, as in its CI here
+        print("not counted, in files the stack does not change:\n"
+              + "".join(show(m) for m in elsewhere))  # fmt: skip
+    report = [show(m) for m in messages if m not in elsewhere] + extra + failures
+    with_findings = {m["path"] for m in messages if m["path"] and m not in elsewhere}
     with_findings |= {line.split(" ", 2)[1].rstrip(":") for line in extra}
     if report:
         print("".join(report)[-8000:])
@@ -120,11 +133,9 @@ def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
     return Result(name, int(ok), int(not ok), note=count)
 
 
-def show(fork: Path, message: dict) -> str:
+def show(message: dict) -> str:
     """One lintrunner message as `CODE path:line: name: description`, with a fix's diff."""
-    path = message.get("path") or "-"
-    if path != "-":
-        path = str(Path(path).relative_to(fork))
+    path = message["path"] or "-"
     head = f"{message['code']} {path}:{message.get('line') or 0}: {message['name']}: "
     text = head + message.get("description", "").splitlines()[0] + "\n"
     if message.get("original") is not None and message.get("replacement") is not None:

@@ -15,7 +15,8 @@ from stacktool.git import git
 IDENTITY = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid"}
 
 # A stand-in for lintrunner: records its arguments, reports two findings in bad.py and one
-# in other.py for the FLAKE8 run, and warns as lintrunner does before `lintrunner init`.
+# in other.py for the FLAKE8 run, one in a file not linted for MYPY, fails for NEWLINE,
+# and warns as lintrunner does before `lintrunner init`.
 LINTRUNNER = """#!/usr/bin/env python3
 import json, sys
 linter, paths = sys.argv[2], sys.argv[5:]
@@ -26,6 +27,12 @@ found = [(path, line) for path, line in (("bad.py", 1), ("bad.py", 2), ("other.p
 for path, line in found:
     print(json.dumps({{"path": {fork!r} + "/" + path, "line": line, "code": "FLAKE8",
                       "name": "E1", "description": "bad\\nmore"}}))
+if linter == "MYPY":  # mypy also reports what the files import: not theirs
+    print(json.dumps({{"path": "elsewhere.py", "line": 3, "code": "MYPY", "name": "x",
+                      "description": "upstream"}}))
+if linter == "NEWLINE":  # the linter itself fails
+    print("boom", file=sys.stderr)
+    sys.exit(2)
 sys.exit(1 if found else 0)
 """
 
@@ -78,6 +85,8 @@ class LintTest(unittest.TestCase):
         self.assertEqual(logged[-1], "lint: findings in 2 of 3 files")  # files, not findings
         self.assertEqual((result.passed, result.failed), (0, 1))
         self.assertIn("FLAKE8 bad.py:2: E1: bad\n", out)
+        self.assertIn("not counted, in files the stack does not change:\nMYPY elsewhere.py:3", out)
+        self.assertIn("NEWLINE: lintrunner failed: boom\n", out)
         self.assertNotIn("lintrunner init", out)
         _, _, _, calls = self.lint(self.layout, "HEAD", None)  # --changed
         self.assertEqual(calls[0][1], ["bad.py", "up.py"])
@@ -88,8 +97,9 @@ class LintTest(unittest.TestCase):
         self.assertEqual(logged[-1], "lint: findings in 1 of 1 files")
         (self.fork / "fine.py").write_text("ok = 1\n")
         self.commit("level 2")
-        result, logged, out, calls = self.lint(self.layout, "HEAD~1", "HEAD")
-        self.assertEqual((result.passed, result.failed, out), (1, 0, ""))
+        with mock.patch.object(lint, "LINTERS", ("FLAKE8", "MYPY")):
+            result, logged, out, calls = self.lint(self.layout, "HEAD~1", "HEAD")
+        self.assertEqual((result.passed, result.failed), (1, 0))
         self.assertEqual(logged[-1], "lint: no findings in 1 files")
 
 

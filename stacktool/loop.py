@@ -1,0 +1,99 @@
+"""The README's edit loop, run as written: its `sh` blocks of "Working on the stack", in order,
+with bash in a scratch copy of the project (build/loop) whose stack is PRs 1 and 2.
+
+PR 2 adds no C++, so the scratch build compiles nothing (codegen only) and the check takes a
+few minutes of the gate. The scratch project links the real one's stacktool, caches and lint
+venv, and has a venv of its own that sees the real one's packages (its hook and .pth name the
+scratch fork). It is deleted before each run and left after one for a look.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from stacktool import config, fork, patches, venv, wheel
+from stacktool.config import Layout
+from stacktool.git import git
+from stacktool.suites import Result
+
+SECTION = "## Working on the stack"
+LEVEL = 2  # the scratch stack: PRs 1 and 2
+IDENTITY = {"GIT_AUTHOR_NAME": "Lab student", "GIT_AUTHOR_EMAIL": "student@x.invalid",
+            "GIT_COMMITTER_NAME": "Lab student", "GIT_COMMITTER_EMAIL": "student@x.invalid"}  # fmt: skip
+
+
+def blocks(readme: str) -> list[str]:
+    """The ```sh blocks of the README's SECTION, in order."""
+    section = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
+def scratch_project(layout: Layout) -> Layout:
+    """build/loop: a project whose patches/ and pytorch/ hold the stack up to LEVEL."""
+    root = layout.build / "loop"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    scratch = Layout(root)
+    for name in ("stack", "stacktool", ".cache", ".venv-lint"):
+        (root / name).symlink_to(layout.root / name)
+    scratch.patches.mkdir()
+    for patch in sorted(layout.patches.glob("*.patch"))[:LEVEL]:
+        shutil.copy2(patch, scratch.patches / patch.name)
+    shutil.copy2(layout.gradient_doc, scratch.gradient_doc)
+    git(root, "init", "--quiet")
+    git(root, "add", "patches", patches.GRADIENT_DOC)
+    git(root, "commit", "--quiet", "-m", "landed", env=IDENTITY)
+    git(root, "clone", "--quiet", "--no-checkout", str(layout.fork), str(scratch.fork))
+    git(scratch.fork, "remote", "remove", "origin")
+    git(scratch.fork, "checkout", "--quiet", "-B", config.BRANCH, config.level_ref(LEVEL))
+    for tag in git(scratch.fork, "tag", "--list", "attn/*").split():
+        if int(tag.split("/")[1]) > LEVEL:
+            git(scratch.fork, "tag", "-d", tag)
+    (scratch.fork / ".git" / "info" / "exclude").write_text(fork.EXCLUDES)
+    wheel.link(wheel.unpack(wheel.fetch(layout.cache), layout.cache)[0], scratch.fork)
+    subprocess.run([venv.base_python(), "-m", "venv", "--without-pip", str(scratch.venv)],
+                   check=True)  # fmt: skip
+    (scratch.site_packages / "real_project.pth").write_text(f"{layout.site_packages}\n")
+    venv.write_pth(scratch)
+    return scratch
+
+
+def run(layout: Layout, log) -> Result:
+    """Each README block with `bash -e` in the scratch project; then what each should leave."""
+    name = "README's loop (scratch copy, PRs 1-2)"
+    started = time.monotonic()
+    scratch = scratch_project(layout)
+    landed = patches.read(scratch.patches)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(IDENTITY)
+    output, problem = "", ""
+    for n, block in enumerate(blocks((layout.root / "README.md").read_text()), start=1):
+        log(f"{name}: block {n}: {block.splitlines()[0]} ...")
+        proc = subprocess.run(["bash", "-xeuo", "pipefail", "-c", block], cwd=scratch.root,
+                              env=env, capture_output=True, text=True)  # fmt: skip
+        output += proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            problem = f"block {n} exited {proc.returncode}"
+            break
+        exported = patches.read(scratch.patches)
+        if n == 1 and exported == landed:
+            problem = "block 1 left patches/ as it was (no edit exported)"
+            break
+    else:
+        kept = git(scratch.fork, "branch", "--list", "undo/*").split()
+        if patches.read(scratch.patches) != landed or patches.render(scratch.fork) != landed:
+            problem = "after the last block patches/ or pytorch/ is not the landed stack"
+        elif not kept:
+            problem = "the undone work was not kept on a branch undo/*"
+    note = f"{len(blocks((layout.root / 'README.md').read_text()))} blocks, {time.monotonic() - started:.0f} s"
+    if problem:
+        log_path = layout.build / "test-logs" / "readme_loop.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(output)
+        print(output[-6000:], file=sys.stdout)
+        note = f"{problem}; log: {log_path}"
+    log(f"{name}: {'ran as written' if not problem else problem} ({note})")
+    return Result(name, int(not problem), int(bool(problem)), note=note)
