@@ -398,6 +398,7 @@ class RunTest(unittest.TestCase):
         self.assertEqual([name for name, _ in spawned], ["timing", "memory", "memory", "plot"])
         for _, env in spawned:
             self.assertEqual((env["CUDA_HOME"], env["CUDA_PATH"]), ("", ""))
+        self.assertEqual(spawned[0][1]["KINETO_LOG_LEVEL"], "5")  # the profiling worker's
         phases = [line.split("] ", 1)[1] for line in err.getvalue().splitlines()]
         self.assertEqual(phases, [
             "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
