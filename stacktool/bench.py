@@ -352,9 +352,10 @@ def report(results: dict, settings: Settings) -> str:
         f"`blocked_autorange(min_run_time={settings.min_run_time:g})` picks a block size "
         "(calls per timed block) and times blocks; that is repeated "
         f"{settings.rounds} times per step, the steps interleaved round by round so that "
-        "load from other processes hits them alike. The tables give the median ms per call "
-        "over all blocks (bench.json also has each median's interquartile range). All "
-        "attn times come from one process, inputs allocated once.",
+        "load from other processes hits them alike. The tables give ms per call, the median "
+        "of the quietest round (the least disturbed by other processes; bench.json has "
+        "every round's median, whose spread shows this run's noise). All attn times come "
+        "from one process, inputs allocated once.",
         "",
         "The columns: native torch.attn (PR 4's kernel and derivative); composite (eager): "
         "`a = torch.tanh(q @ k.T); return a @ v, a`; PR 2 Function: the custom "
@@ -523,14 +524,16 @@ def profile_section(profile: dict | None) -> list[str]:
 # --- timing: torch.utils.benchmark -----------------------------------------------------------
 
 
-def pooled(times: list[float]) -> dict:
-    """ms per call from per-call block times (seconds): the median and interquartile range."""
-    quartiles = statistics.quantiles(times, n=4) if len(times) > 1 else times * 3
-    return {
-        "ms": statistics.median(times) * 1000,
-        "iqr_ms": (quartiles[2] - quartiles[0]) * 1000,
-        "blocks": len(times),
-    }
+def quietest(rounds: list[list[float]]) -> dict:
+    """ms per call from each round's per-call block times (seconds): the median of the least
+    disturbed round, and every round's median (their spread shows the run's noise).
+
+    Other processes on these 2 cores take whole time slices from a 2-thread step, so the
+    disturbed blocks are many times slower and come in bursts; a round's median is robust to
+    a few, and the quietest round is the machine's speed with the least of them.
+    """
+    medians = [statistics.median(times) * 1000 for times in rounds]
+    return {"ms": min(medians), "rounds_ms": medians, "blocks": sum(map(len, rounds))}
 
 
 def measure(steps: dict, settings: Settings, timer_class) -> dict:
@@ -538,8 +541,8 @@ def measure(steps: dict, settings: Settings, timer_class) -> dict:
 
     Each step is called twice first (torch.compile compiles, lazy buffers appear), so that
     blocked_autorange's block-size estimate sees the steady state. Then `settings.rounds`
-    rounds of one blocked_autorange per step, the steps interleaved within each round; the
-    result pools every block of every round (see `pooled`).
+    rounds of one blocked_autorange per step, the steps interleaved within each round (load
+    from other processes hits them alike); see `quietest` for the figure kept.
     """
     timers = {}
     for name, (step, threads) in steps.items():
@@ -548,11 +551,11 @@ def measure(steps: dict, settings: Settings, timer_class) -> dict:
         timers[name] = timer_class(
             stmt="step()", globals={"step": step}, num_threads=threads, timer=timeit.default_timer
         )
-    times = {name: [] for name in steps}
+    rounds = {name: [] for name in steps}
     for _ in range(settings.rounds):
         for name, timer in timers.items():
-            times[name] += timer.blocked_autorange(min_run_time=settings.min_run_time).times
-    return {name: pooled(found) for name, found in times.items()}
+            rounds[name].append(timer.blocked_autorange(min_run_time=settings.min_run_time).times)
+    return {name: quietest(found) for name, found in rounds.items()}
 
 
 # --- the workers: run with the venv's Python, import torch ---------------------------------
@@ -698,7 +701,7 @@ def time_worker(fork: Path, settings: Settings) -> dict:
             row = {m: t for (p, m), t in found.items() if p == name}
             rows.append({
                 "size": size, "pass": name, "ms": {m: t["ms"] for m, t in row.items()},
-                "iqr_ms": {m: t["iqr_ms"] for m, t in row.items()},
+                "rounds_ms": {m: t["rounds_ms"] for m, t in row.items()},
             })  # fmt: skip
             say(f"{fmt_size(size)} {name}: "
                 + ", ".join(f"{m} {fmt_ms(t['ms'])} ms" for m, t in row.items()))  # fmt: skip
@@ -930,7 +933,7 @@ def tanh_rows(capabilities: list[str], found: dict) -> list[dict]:
                                             "threads": r["threads"], "ms": {}})  # fmt: skip
                 name = builds[r["impl"]] or build
                 row["ms"][name] = r["ms"]
-                row.setdefault("iqr_ms", {})[name] = r["iqr_ms"]
+                row.setdefault("rounds_ms", {})[name] = r["rounds_ms"]
     return list(rows.values())
 
 

@@ -175,7 +175,7 @@ class TanhChecksTest(unittest.TestCase):
 
     def test_rows_merge_the_builds_of_each_capability(self):
         def result(*rows):
-            return {"rows": [{"case": c, "threads": t, "impl": i, "ms": ms, "iqr_ms": 0.1}
+            return {"rows": [{"case": c, "threads": t, "impl": i, "ms": ms, "rounds_ms": [ms]}
                              for c, t, i, ms in rows]}  # fmt: skip
 
         found = {
@@ -204,6 +204,7 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Each step is a `Timer` with num_threads=2", text)
         self.assertIn("blocked_autorange(min_run_time=0.01)", text)
         self.assertIn("repeated 2 times per step", text)
+        self.assertIn("the median of the quietest round", text)
         self.assertIn("load average 0.0 before timing, 2.0 after", text)
         self.assertIn("(README, section Benchmark)", text)
         self.assertNotIn("spec", text)
@@ -306,7 +307,7 @@ class Timer:
 
 
 class MeasureTest(unittest.TestCase):
-    def test_warms_up_then_interleaves_rounds_and_pools_blocks(self):
+    def test_warms_up_then_interleaves_rounds(self):
         calls, Timer.log = [], []
         steps = {"a": (lambda: calls.append("a"), 1), "b": (lambda: calls.append("b"), 2)}
         found = bench.measure(steps, bench.Settings((), rounds=2, min_run_time=0.5), Timer)
@@ -317,14 +318,16 @@ class MeasureTest(unittest.TestCase):
             ("blocked_autorange", 1, 0.5), ("blocked_autorange", 2, 0.5),
         ])  # fmt: skip
         self.assertEqual(found["a"]["blocks"], 4)  # two blocks from each of two rounds
-        self.assertAlmostEqual(found["a"]["ms"], 2.0)  # median of 1, 3, 1, 3 ms
+        self.assertEqual(found["a"]["rounds_ms"], [2.0, 2.0])  # median of 1 and 3 ms
         self.assertAlmostEqual(found["b"]["ms"], 4.0)
 
-    def test_pooled_median_and_interquartile_range(self):
-        found = bench.pooled([1e-3, 2e-3, 3e-3, 4e-3, 100e-3])  # one disturbed block
-        self.assertAlmostEqual(found["ms"], 3.0)
-        self.assertAlmostEqual(found["iqr_ms"], 52.0 - 1.5)
-        self.assertEqual(bench.pooled([2e-3]), {"ms": 2.0, "iqr_ms": 0.0, "blocks": 1})
+    def test_the_quietest_rounds_median(self):
+        disturbed = [5e-3, 9e-3, 1e-3]  # median 5 ms: most of this round's blocks were slowed
+        quiet = [1e-3, 2e-3, 3e-3, 40e-3]  # median 2.5 ms: one slow block does not move it
+        found = bench.quietest([disturbed, quiet])
+        self.assertAlmostEqual(found["ms"], 2.5)
+        self.assertEqual([round(ms, 6) for ms in found["rounds_ms"]], [5.0, 2.5])
+        self.assertEqual(found["blocks"], 7)
 
 
 class Fake:
