@@ -110,7 +110,8 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
         log(f"linked {wheel.link(unpacked, new)} files of the wheel")
         aside = fork.replace(layout.fork, new, move_aside)
         if aside is not None:
-            log(f"the previous tree is kept as {aside}")
+            log(f"the previous tree is kept whole as {aside} (its commits, edits and ignored "
+                f"files): take what you need, then rm -rf {aside.name}")  # fmt: skip
     lint.ensure(layout)
     log("lint venv: upstream's pinned linters ready")
     build(layout)
@@ -163,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("test", help="the gate .ci/run runs: tool tests and every PR level")
     p = commands.add_parser("lint", help="upstream's linters over pytorch/'s working tree")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--changed", action="store_true",
-                       help="only the files that differ from HEAD (uncommitted, untracked)")  # fmt: skip
+    scope.add_argument("--changed", action="store_true", help="only the files changed since "
+                       "the last export (its tag attn/N), committed or not")  # fmt: skip
     scope.add_argument("--level", metavar="N|all", type=level_arg,
                        help="level N's commit (or every level's) in the gate's worktree, built")  # fmt: skip
     p = commands.add_parser("bench", help="native vs composite vs Function vs compile (no test)")
@@ -211,8 +212,7 @@ def run(args: argparse.Namespace, layout: config.Layout) -> int:
     if args.command == "undo":
         if not undo.undo(layout, log):
             log("pytorch/, patches/ and attn_gradient.md are the landed stack: nothing to undo")
-            return 0
-        build(layout)
+        build(layout)  # also then: an interrupted undo's build is finished by running it again
         return 0
     if args.command == "lint" and args.level:
         return gate.lint_levels(layout, log, build, None if args.level == "all" else args.level)

@@ -140,11 +140,15 @@ def lint_levels(layout: Layout, log, build, only: int | None) -> int:
 
 def lint_tree(layout: Layout, log, changed: bool) -> int:
     """`./stack lint [--changed]`: pytorch/'s working tree, uncommitted changes included;
-    the files the whole stack changes, or with `changed` only those that differ from HEAD.
+    the files the whole stack changes, or with `changed` those changed since the last export
+    (the top level's tag, which export moves), committed or not.
 
     Nothing is built: MYPY reads the stubs of the last ./stack build.
     """
-    base = "HEAD" if changed else BASE_REF
+    base = BASE_REF
+    if changed:
+        tags = git(layout.fork, "tag", "--list", "attn/*").split()
+        base = max(tags, key=lambda tag: int(tag.split("/")[1]), default=BASE_REF)
     return report([lint.run(layout, base, None, f"lint pytorch/ ({base} to working tree)", log)])
 
 

@@ -2,8 +2,8 @@
 with bash in a scratch copy of the project (build/loop) whose stack is PRs 1 and 2.
 
 PR 2 adds no C++, so the scratch build compiles nothing (codegen only) and the check takes a
-few minutes of the gate. The scratch project links the real one's stacktool, caches and lint
-venv, and has a venv of its own that sees the real one's packages (its hook and .pth name the
+few minutes of the gate. The scratch project copies the real one's ./stack and stacktool, links its
+caches and lint venv, and has a venv of its own that sees the real one's packages (its hook and .pth name the
 scratch fork). It is deleted before each run and left after one for a look.
 """
 
@@ -37,7 +37,11 @@ def scratch_project(layout: Layout) -> Layout:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     scratch = Layout(root)
-    for name in ("stack", "stacktool", ".cache", ".venv-lint"):
+    # copies: ./stack finds its project root from where stacktool's files are
+    shutil.copy2(layout.root / "stack", root / "stack")
+    shutil.copytree(layout.root / "stacktool", root / "stacktool",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for name in (".cache", ".venv-lint"):
         (root / name).symlink_to(layout.root / name)
     scratch.patches.mkdir()
     for patch in sorted(layout.patches.glob("*.patch"))[:LEVEL]:
