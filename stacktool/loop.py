@@ -62,6 +62,9 @@ def scratch_project(layout: Layout) -> Layout:
                    check=True)  # fmt: skip
     (scratch.site_packages / "real_project.pth").write_text(f"{layout.site_packages}\n")
     venv.write_pth(scratch)
+    seed = layout.gate_tree(LEVEL).overlay / "codegen"  # the gate's, of the same yaml files:
+    if seed.is_dir():  # its stamp is a digest of their content, so the build skips codegen
+        shutil.copytree(seed, scratch.overlay / "codegen")
     return scratch
 
 

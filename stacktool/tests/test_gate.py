@@ -116,6 +116,14 @@ class GateTreeTest(unittest.TestCase):
         common = git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
         self.assertEqual(Path(common), self.fork / ".git")
 
+    def test_lint_of_levels_refuses_uncommitted_work_naming_it(self):
+        (self.fork / "a.txt").write_text("edited\n")
+        (self.fork / "new.txt").write_text("new\n")
+        with self.assertRaisesRegex(StackError, r"uncommitted changes a level's commit lacks "
+                                    r"\(a.txt, new.txt\): commit them, or run ./stack lint"):  # fmt: skip
+            gate.lint_levels(self.layout, print, lambda layout: None, None)
+        self.assertFalse((self.root / "build").exists())  # nothing was made
+
 
 if __name__ == "__main__":
     unittest.main()
