@@ -309,10 +309,10 @@ def added_lines_tu(
     end_of_runs = max(runs.values())
     k = 1
     while k <= end_of_runs:
-        if k in s.directive_lines and _at_namespace_scope(s.frames_at[k]):
+        if k in s.directive_lines and _at_namespace_scope(s.frames_at[k]) and k not in runs:
             k = directive(k)  # file/namespace-scope directives, in file order
             continue
-        if k not in runs:
+        if k not in runs:  # (a run may start with a directive: it is emitted with the run)
             out.extend(u for end, u in s.file_usings if end == k)
             k += 1
             continue
