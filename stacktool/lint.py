@@ -30,6 +30,7 @@ LINTRUNNER = "lintrunner==0.12.5"
 # mypy_plugins/check_mypy_version.py reads mypy's pin from this file, which Debian's tarball
 # lacks (no .ci/): without it the daemon crashes and upstream's adapter reports nothing.
 MYPY_PIN = ".ci/docker/requirements-ci.txt"
+DMYPY_IDLE_S = 3600  # mypy's daemon (about 1.3 GB per tree) ends after an hour unused
 LINT_LEFTOVERS = (".mypy_cache/", "/.dmypy.json", f"/{MYPY_PIN}")  # also in fork.REMADE
 
 
@@ -91,13 +92,17 @@ def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
 
     One lintrunner run per linter, each logged as it starts. MYPY (a dmypy daemon, as
     upstream runs it) reads the fork's generated .pyi stubs, so it needs the checkout's
-    overlay build; the others read the files alone. The daemon is stopped after a gate
-    worktree's run, and kept for pytorch/'s (the next lint there takes seconds).
+    overlay build; the others read the files alone. The daemon is started here with an idle
+    timeout (DMYPY_IDLE_S), so a tree's next lint re-checks in seconds and it ends itself.
     """
     lint_venv = ensure(layout)
     paths = files(layout.fork, base, tip)
     env = {**os.environ, "PATH": f"{lint_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     messages, failures = [], []
+    dmypy = str(lint_venv / "bin" / "dmypy")
+    if paths and subprocess.run([dmypy, "status"], cwd=layout.fork, capture_output=True).returncode:
+        subprocess.run([dmypy, "start", "--timeout", str(DMYPY_IDLE_S), "--", "--config=mypy.ini"],
+                       cwd=layout.fork, env=env, capture_output=True)  # fmt: skip
     for linter in LINTERS if paths else ():
         log(f"{name}: {linter} over {len(paths)} file(s)")
         proc = subprocess.run(
@@ -111,9 +116,6 @@ def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
             noise = ("lintrunner init", ".lintrunner.private.toml")
             why = [line for line in proc.stderr.splitlines() if not any(n in line for n in noise)]
             failures.append(f"{linter}: lintrunner failed: " + "\n".join(why[-20:]) + "\n")
-    if layout.tree is not None:  # a gate worktree: its mypy daemon is not kept
-        subprocess.run([str(lint_venv / "bin" / "dmypy"), "stop"], cwd=layout.fork, env=env,
-                       capture_output=True)  # fmt: skip
     added = files(layout.fork, base, tip, only="A")
     extra = test_owners(layout.fork, paths) + new_cpp_formatted(layout.fork, added, lint_venv)
     for m in messages:
