@@ -67,9 +67,8 @@ def gate_tree(layout: Layout, level: int, log) -> Layout:
         found = git(tree, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
         if Path(found.strip() or "/nonexistent").resolve() != common:
             shutil.rmtree(tree)  # left by an interrupted run, or made from an older pytorch/
-    old = layout.build / "gate" / "pytorch"  # the single worktree of earlier versions
-    if old.exists():
-        shutil.rmtree(old)
+    for old in ("pytorch", "overlay"):  # the single worktree and build of earlier versions
+        shutil.rmtree(layout.build / "gate" / old, ignore_errors=True)
     git(layout.fork, "worktree", "prune")
     if not tree.exists():
         linked.unlink(missing_ok=True)
