@@ -83,11 +83,13 @@ def state(fork: Path, patch_dir: Path) -> str:
             + "\n  ".join(kept[:20]) + more
             + f"\nMove them out of {fork} to keep them, or delete them; then run setup again"
         )  # fmt: skip
+    commits = git(fork, "log", "--oneline", f"{config.BASE_REF}..{config.BRANCH}").splitlines()
     return (
         f"{fork} has commits that patches/ lacks:\n  "
         + "\n  ".join(patches.differences(series, patches.read(patch_dir)))
+        + f"\n  branch {config.BRANCH}: " + "; ".join(commits)
         + "\nRun ./stack export and commit patches/ to keep them"
-    )
+    )  # fmt: skip
 
 
 def off_branch(fork: Path) -> list[str]:

@@ -87,8 +87,9 @@ def export(fork: Path, patches: Path, doc: Path, check: bool) -> list[str]:
     dirty = git(fork, "status", "--porcelain", "--untracked-files=normal")
     if dirty.strip():
         raise StackError(
-            "pytorch/ has uncommitted changes; commit them (git commit --fixup for an "
-            "earlier PR, then git rebase -i --autosquash attn/0) before exporting:\n" + dirty
+            "pytorch/ has uncommitted changes; commit them (git commit -a --fixup attn/N for "
+            "PR N, then GIT_SEQUENCE_EDITOR=: git rebase -i --autosquash attn/0) before "
+            "exporting:\n" + dirty
         )
     series = render(fork)
     found = differences(series, read(patches))

@@ -75,7 +75,8 @@ class ForkTest(unittest.TestCase):
         self.assertIn("uncommitted changes", fork.state(self.fork, self.patch_dir))
         git(self.fork, "checkout", "a.py")
         self.commit(self.fork, "b.py", "y\n", "New work")
-        self.assertIn("commits that patches/ lacks", fork.state(self.fork, self.patch_dir))
+        self.assertRegex(fork.state(self.fork, self.patch_dir),
+                         "commits that patches/ lacks:\n(.*\n)*  branch stack: \\w+ New work")  # fmt: skip
         self.assertTrue(patches.export(self.fork, self.patch_dir, self.doc, check=True))
         patches.export(self.fork, self.patch_dir, self.doc, check=False)
         self.assertEqual(fork.state(self.fork, self.patch_dir), "current")
