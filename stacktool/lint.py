@@ -100,7 +100,11 @@ def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
     env = {**os.environ, "PATH": f"{lint_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     messages, failures = [], []
     dmypy = str(lint_venv / "bin" / "dmypy")
-    if paths and subprocess.run([dmypy, "status"], cwd=layout.fork, capture_output=True).returncode:
+    python = [path for path in paths if path.endswith((".py", ".pyi"))]
+    if (
+        python
+        and subprocess.run([dmypy, "status"], cwd=layout.fork, capture_output=True).returncode
+    ):
         subprocess.run([dmypy, "start", "--timeout", str(DMYPY_IDLE_S), "--", "--config=mypy.ini"],
                        cwd=layout.fork, env=env, capture_output=True)  # fmt: skip
     for linter in LINTERS if paths else ():

@@ -95,6 +95,8 @@ def run(layout: Layout, log) -> Result:
             problem = "after the last block patches/ or pytorch/ is not the landed stack"
         elif not kept:
             problem = "the undone work was not kept on a branch undo/*"
+    dmypy = layout.root / ".venv-lint" / "bin" / "dmypy"  # lint started it in the scratch fork
+    subprocess.run([str(dmypy), "stop"], cwd=scratch.fork, capture_output=True)
     note = f"{len(blocks((layout.root / 'README.md').read_text()))} blocks, {time.monotonic() - started:.0f} s"
     if problem:
         log_path = layout.build / "test-logs" / "readme_loop.log"
