@@ -170,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="level N's commit (or every level's) in the gate's worktree, built")  # fmt: skip
     p = commands.add_parser("bench", help="native vs composite vs Function vs compile (no test)")
     p.add_argument("--quick", action="store_true", help="the three small sizes, few repeats")
-    p.add_argument("--out", type=Path, default=ROOT / "build" / "bench", help="where to write")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "build" / "bench",
+        help="where to write bench.md, bench.json and bench.png (default: build/bench)",
+    )
     args, extra = parser.parse_known_args(argv)
     if extra:  # the command's own usage, not the top level's
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")

@@ -132,6 +132,12 @@ class BadInputTest(unittest.TestCase):
                          r"^usage: stack build \[-h\]\nstack build: error: unrecognized arguments: --bogus")  # fmt: skip
         self.assertIn("usage: stack undo", self.usage("undo", "--bogus"))
 
+    def test_bench_help_names_the_default_output_folder(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
+            cli.main(["bench", "--help"])
+        self.assertIn("(default: build/bench)", " ".join(out.getvalue().split()))
+
     def test_lint_levels_and_scopes(self):
         self.assertIn("not a level number or 'all': '0'", self.usage("lint", "--level", "0"))
         self.assertIn("not a level number or 'all': 'x'", self.usage("lint", "--level", "x"))
