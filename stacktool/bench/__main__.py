@@ -1,0 +1,47 @@
+"""The workers' entry point, under the venv's Python: `python -m stacktool.bench WORKER OUT.json
+...` writes the worker's result to OUT.json (plot: the png)."""
+
+import argparse
+import json
+from pathlib import Path
+
+from stacktool.bench.attn import time_worker
+from stacktool.bench.common import FULL, METHODS, QUICK
+from stacktool.bench.memory import memory_worker
+from stacktool.bench.plot import plot
+from stacktool.bench.tanh import tanh_worker
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the worker's arguments, run it, write its result."""
+    parser = argparse.ArgumentParser(prog="python -m stacktool.bench")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("timing")
+    p.add_argument("out", type=Path)
+    p.add_argument("fork", type=Path)
+    p.add_argument("--quick", action="store_true")
+    p = commands.add_parser("memory")
+    p.add_argument("out", type=Path)
+    p.add_argument("fork", type=Path)
+    p.add_argument("--method", choices=METHODS, required=True)
+    p = commands.add_parser("tanh")
+    p.add_argument("out", type=Path)
+    p.add_argument("--sleef", type=Path, metavar="BUILD_DIR", help="also time Sleef u10")
+    p = commands.add_parser("plot")
+    p.add_argument("results", type=Path)
+    p.add_argument("png", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "plot":
+        plot(json.loads(args.results.read_text())["timing"], args.png)
+        return
+    if args.command == "timing":
+        result = time_worker(args.fork, QUICK if args.quick else FULL)
+    elif args.command == "memory":
+        result = memory_worker(args.fork, args.method)
+    else:
+        result = tanh_worker(FULL, args.sleef)
+    args.out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

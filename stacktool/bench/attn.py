@@ -1,0 +1,181 @@
+"""The attn timing worker: forward and forward+backward of every method and the floor, size
+by size, in one process (ratios are only meaningful within one), and a torch.profiler profile
+of the native op at the smallest size (full run)."""
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from stacktool.bench.common import (
+    FULL,
+    FWD,
+    FWD_BWD,
+    SIZES,
+    Settings,
+    fmt_ms,
+    fmt_size,
+    say,
+    threads,
+)
+from stacktool.bench.measure import measure
+
+PROFILE_STEPS = 500  # forward+backward steps of the native op per profiled round, at SIZES[0]
+# torch.profiler's backend, kineto, asks the CUDA runtime for its GPUs when a profile starts,
+# CPU-only activities too, and logs "ERROR: ... gpuGetDeviceCount failed" where there is no
+# driver. Its own log level (5: above ERROR, its highest) is for the profiling worker only.
+PROFILE_ENV = {"KINETO_LOG_LEVEL": "5"}
+
+
+def cpu_model() -> str:
+    found = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
+    return found.group(1) if found else "unknown CPU"
+
+
+def load_torch(fork: Path, with_function: bool = True):
+    """torch with threads fixed, plus the methods by name (native only if torch.attn exists).
+
+    PR 2's Function lives in its test file, whose import pulls in upstream's test utilities
+    (seconds): only when `with_function`.
+    """
+    import torch
+
+    torch.set_num_threads(threads())
+
+    def composite(q, k, v):
+        a = torch.tanh(q @ k.T)
+        return a @ v, a
+
+    methods = {"composite": composite}
+    if with_function:
+        sys.path.insert(0, str(fork / "test"))
+        argv, sys.argv = sys.argv, sys.argv[:1]  # common_utils parses sys.argv when imported
+        try:
+            from test_attn_gradcheck import Attn
+        finally:
+            sys.argv = argv
+        methods["function"] = Attn.apply
+    if hasattr(torch, "attn"):
+        methods = {"native": torch.attn, **methods}
+    return torch, methods
+
+
+def inputs(torch, size, grad: bool):
+    """q, k, v and the output grads go, ga for one size, seeded."""
+    n, d, dv = size
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(n, d), torch.randn(n, d), torch.randn(n, dv))
+    go, ga = torch.randn(n, dv), torch.randn(n, n)
+    for t in (q, k, v):
+        t.requires_grad_(grad)
+    return q, k, v, go, ga
+
+
+def train_step(torch, fn, q, k, v, go, ga):
+    """One forward+backward with both outputs' grads; .grad reset so nothing accumulates."""
+
+    def step():
+        o, a = fn(q, k, v)
+        torch.autograd.backward((o, a), (go, ga))
+        q.grad = k.grad = v.grad = None
+
+    return step
+
+
+def floor_step(torch, q, k, v, go, ga):
+    """The ATen calls torch.attn makes forward and backward, with nothing around them.
+
+    PR 4's kernel: a = mm(q, k.T); a.tanh_(); o = mm(a, v). Its attn_backward with both
+    output grads and every input grad asked for: grad_v = a.T.mm(go); gx = addmm(ga, go,
+    v.T) overwritten in place by tanh_backward_out(gx, gx, a); grad_q = gx.mm(k); grad_k =
+    gx.T.mm(q). No graph, no saved tensors, no engine: torch.attn does all of this and more.
+    """
+    q, k, v = q.detach(), k.detach(), v.detach()
+    tanh_backward = torch.ops.aten.tanh_backward.grad_input
+
+    def step():
+        a = torch.mm(q, k.T)
+        a.tanh_()
+        torch.mm(a, v)
+        torch.mm(a.T, go)
+        gx = torch.addmm(ga, go, v.T)
+        tanh_backward(gx, a, grad_input=gx)
+        torch.mm(gx, k)
+        torch.mm(gx.T, q)
+
+    return step
+
+
+def profile(torch, fn, size, rounds: int = 5) -> dict:
+    """Self CPU time per forward+backward step of `fn`, op by op, under torch.profiler: the
+    least disturbed of `rounds` rounds of PROFILE_STEPS steps."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    step = train_step(torch, fn, *inputs(torch, size, grad=True))
+    for _ in range(100):
+        step()
+    best = None
+    for _ in range(rounds):
+        with profiler(activities=[ProfilerActivity.CPU]) as prof:
+            started = time.perf_counter()
+            for _ in range(PROFILE_STEPS):
+                step()
+            step_us = (time.perf_counter() - started) / PROFILE_STEPS * 1e6
+        if best is None or step_us < best[0]:
+            best = step_us, prof.key_averages()
+    step_us, averages = best
+    ops = [
+        {"name": e.key, "calls": e.count / PROFILE_STEPS,
+         "self_us": e.self_cpu_time_total / PROFILE_STEPS}
+        for e in averages
+    ]  # fmt: skip
+    ops.sort(key=lambda op: -op["self_us"])
+    return {
+        "size": size,
+        "rounds": rounds,
+        "steps": PROFILE_STEPS,
+        "step_us": step_us,
+        "ops_us": sum(op["self_us"] for op in ops),
+        "ops": [op for op in ops if op["self_us"] >= 0.05],
+    }
+
+
+def time_worker(fork: Path, settings: Settings) -> dict:
+    """Forward and forward+backward times of every method and the floor, size by size."""
+    torch, methods = load_torch(fork)
+    from torch.utils.benchmark import Timer
+
+    load_before = os.getloadavg()[0]
+    rows = []
+    for size in settings.sizes:
+        say(f"timing at n, d, dv = {fmt_size(size)} (torch.compile compiles first)")
+        torch._dynamo.reset()  # a static compile per size, as a user with fixed shapes gets
+        fns = {**methods, "compile": torch.compile(methods["composite"])}
+        q, k, v, _, _ = inputs(torch, size, grad=False)
+        steps = {(FWD, m): (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for m, fn in fns.items()}
+        args = inputs(torch, size, grad=True)
+        steps.update({(FWD_BWD, m): train_step(torch, fn, *args) for m, fn in fns.items()})
+        steps[FWD_BWD, "floor"] = floor_step(torch, *args)
+        found = measure({name: (s, threads()) for name, s in steps.items()}, settings, Timer)
+        for name in (FWD, FWD_BWD):
+            row = {m: t for (p, m), t in found.items() if p == name}
+            rows.append({
+                "size": size, "pass": name, "ms": {m: t["ms"] for m, t in row.items()},
+                "rounds_ms": {m: t["rounds_ms"] for m, t in row.items()},
+            })  # fmt: skip
+            say(f"{fmt_size(size)} {name}: "
+                + ", ".join(f"{m} {fmt_ms(t['ms'])} ms" for m, t in row.items()))  # fmt: skip
+    found = {
+        "torch": torch.__version__,
+        "cpu": cpu_model(),
+        "threads": threads(),
+        "has_native": "native" in methods,
+        "load": [load_before, os.getloadavg()[0]],
+        "rows": rows,
+    }
+    if settings is FULL and "native" in methods:
+        say(f"profiling native torch.attn at n, d, dv = {fmt_size(SIZES[0])}")
+        found["profile"] = profile(torch, methods["native"], SIZES[0])
+    return found

@@ -1,0 +1,244 @@
+"""bench.md: how it was measured, the attn times and peak memory, the tanh table, tanh's
+accuracy, the profile at the smallest size, and every target with its verdict; its Summary
+gives the run in a few lines (what the README quotes)."""
+
+from stacktool import tanh_accuracy
+from stacktool.bench.common import FWD_BWD, LABELS, METHODS, Settings, fmt_ms, fmt_size
+from stacktool.bench.memory import MEMORY_WARM_SIZE
+from stacktool.bench.tanh import TANH_CASES
+from stacktool.bench.targets import (
+    NOT_SLOWER,
+    TANH_SPEEDUP,
+    Check,
+    attn_checks,
+    below_floor,
+    checks,
+    tanh_checks,
+)
+
+# How to read the profile at n = 2 (its figures come from the run; this names the parts).
+PROFILE_READING = (
+    "At this size no arithmetic shows: every row is a fixed cost per call. What the native op "
+    "already saves over the composite is three autograd nodes of four (one AttnBackward0, "
+    "one saved-tensor set). What is left: the six GEMMs as six at::mm / at::addmm calls, each "
+    "a dispatcher round trip plus BLAS's own setup (aten::mm, aten::addmm); the transposed "
+    "operands as view ops (aten::t, aten::transpose, aten::as_strided); the TensorIterator "
+    "set-up of tanh_ and tanh_backward; and the engine's work per step, which every method "
+    "pays alike (autograd::engine::evaluate_function, GraphRoot, one AccumulateGrad per "
+    "input). Output tensors are allocated inside the structured mm kernels, so allocation "
+    "does not show as an op of its own. Removing more would take a second GEMM "
+    "implementation for tiny shapes inside the kernel (loops in place of at::mm, no views), "
+    "which duplicates BLAS and is not upstream's way; the engine's share can only go with "
+    "autograd itself (e.g. compiled autograd)."
+)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def targets_table(found: list[Check]) -> str:
+    return table(["target", "where", "measured", "verdict"],
+                 [[c.text, c.where, c.shown, c.verdict] for c in found])  # fmt: skip
+
+
+def tally(found: list[Check]) -> str:
+    count = {v: sum(c.verdict == v for c in found) for v in ("met", "not met", "n/a")}
+    return f"{count['met']} met, {count['not met']} not met, {count['n/a']} n/a"
+
+
+def report(results: dict, settings: Settings) -> str:
+    """bench.md: how it was measured, times, peak memory, tanh's speed and accuracy, the
+    profile at the smallest size, and the targets with their sources and verdicts."""
+    timing, memory = results["timing"], results["memory"]
+    columns = [*METHODS, "floor"]
+    time_rows = [
+        [fmt_size(row["size"]), row["pass"], *(fmt_ms(row["ms"].get(m)) for m in columns)]
+        for row in timing["rows"]
+    ]
+    found, attn = checks(results), attn_checks(results)
+    beaten = below_floor(results)
+    composite = memory["mb"]["composite"]
+    mem_rows = [[LABELS[m], f"{mb:.1f}", f"{mb / composite:.3f}"] for m, mb in memory["mb"].items()]
+    return "\n".join([
+        "# torch.attn benchmark",
+        "",
+        f"`./stack bench` (stacktool/bench/): torch {timing['torch']}, CPU ({timing['cpu']}), "
+        f"float32, {timing['threads']} threads. 1-minute load average {timing['load'][0]:.1f} "
+        f"before timing, {timing['load'][1]:.1f} after (this run's own threads count): other "
+        "processes on these cores make the times noisy, so compare ratios within one run only.",
+        "",
+        *summary(results),
+        "How the times are taken: torch.utils.benchmark, upstream's tool for a PR's figures. "
+        f"Each step is a `Timer` with num_threads={timing['threads']}; "
+        f"`blocked_autorange(min_run_time={settings.min_run_time:g})` picks a block size "
+        "(calls per timed block) and times blocks; that is repeated "
+        f"{settings.rounds} times per step, the steps interleaved round by round so that "
+        "load from other processes hits them alike. The tables give ms per call, the median "
+        "of the quietest round (the least disturbed by other processes; bench.json has "
+        "every round's median, whose spread shows this run's noise). All attn times come "
+        "from one process, inputs allocated once.",
+        "",
+        "The columns: native torch.attn (PR 4's kernel and derivative); composite (eager): "
+        "`a = torch.tanh(q @ k.T); return a @ v, a`; PR 2 Function: the custom "
+        "autograd.Function of PR 2's test; torch.compile(composite): default inductor, compiled "
+        "per size (static shapes), warmed before timing. forward: inputs without "
+        "requires_grad; forward+backward: `torch.autograd.backward((o, a), (go, ga))`, so both "
+        "outputs' gradients flow. floor (forward+backward): the ATen calls torch.attn itself "
+        "makes, with no autograd around them: mm(q, k.T) then tanh_ in place, mm(a, v); "
+        "backward mm(a.T, go), addmm(ga, go, v.T) with tanh_backward written into it in place, "
+        "mm(gx, k), mm(gx.T, q) (PR 4's kernel and attn_backward). torch.attn does that work "
+        "plus the autograd engine's, so it cannot be faster than the floor: a native / floor "
+        "below 1 is noise, not a result."
+        + ("" if timing["has_native"] else " torch.attn does not exist in this build: n/a."),
+        "",
+        table(["n, d, dv", "pass", *(LABELS[c] for c in columns)], time_rows),
+        *(["", "native measured faster than the floor at " + "; ".join(beaten) + ": the load "
+           "on the machine moved these times by at least that much."] if beaten else []),
+        "",
+        "![composite's and torch.compile's time over native torch.attn's, per size](bench.png)",
+        "",
+        f"Peak memory of one forward+backward at n, d, dv = {fmt_size(memory['size'])}: "
+        "each method in a fresh process, after a warm-up at "
+        f"{fmt_size(MEMORY_WARM_SIZE)} (torch.compile: dynamic shapes, so nothing compiles in "
+        "the step), with glibc's mmap threshold fixed at 64 KiB so that freed tensors leave "
+        "RSS; inputs and output grads allocated, then the peak RSS is reset "
+        "(/proc/self/clear_refs) and the growth VmHWM - VmRSS is read after the step.",
+        "",
+        table(["method", "peak RSS growth (MB)", "/ composite"], mem_rows),
+        *tanh_section(results.get("tanh")),
+        *accuracy_section(results.get("accuracy")),
+        *profile_section(timing.get("profile")),
+        "",
+        "## Targets for torch.attn",
+        "",
+        "The goals this project set for the native op (README, section Benchmark): at least "
+        "1.5x the composite's speed at n <= 64 and 1.15x at n >= 512, forward+backward; never "
+        "slower than torch.compile of the composite, forward and forward+backward; within 10 % "
+        "of the floor at n >= 2048; at most 0.75x the composite's peak memory. Each ratio is "
+        "shown as measured, and a target is met only if that number meets it.",
+        "",
+        targets_table(attn),
+        "",
+        f"torch.attn: {tally(attn)}. All targets of this run, tanh's included: "
+        f"{tally(found)}.",
+    ]) + "\n"  # fmt: skip
+
+
+def series(results: dict, other: str, inverse: bool = False) -> str:
+    """One forward+backward ratio per size, as measured: "1.335 at 2, 3, 4; ..."."""
+    found = []
+    for row in results["timing"]["rows"]:
+        native, value = row["ms"].get("native"), row["ms"].get(other)
+        if row["pass"] == FWD_BWD and native and value:
+            found.append(f"{native / value if inverse else value / native:.3f} at "
+                         f"{fmt_size(row['size'])}")  # fmt: skip
+    return "; ".join(found) or "n/a"
+
+
+def summary(results: dict) -> list[str]:
+    """The run in a few lines (what the README quotes): the ratios the targets are about."""
+    attn = attn_checks(results)
+    missed = [f"{c.text} at {c.where} ({c.shown})" for c in attn if c.verdict == "not met"]
+    lines = [
+        "## Summary",
+        "",
+        f"- forward+backward, composite / native: {series(results, 'composite')}",
+        f"- forward+backward, torch.compile / native: {series(results, 'compile')}",
+        f"- forward+backward, native / floor: {series(results, 'floor', inverse=True)}",
+        f"- peak memory, native / composite: {attn[-1].shown}",
+        f"- torch.attn's targets: {tally(attn)}"
+        + (f"; not met: {'; '.join(missed)}" * bool(missed)),
+    ]
+    tanh = tanh_checks(results.get("tanh"))
+    if tanh:
+        speedups = [f"{c.shown} {c.where.rsplit(', ', 1)[1]}" for c in tanh
+                    if c.where.startswith("tanh contiguous, 1 thread,")]  # fmt: skip
+        slower = [f"{c.where.removeprefix('tanh ')} ({c.shown} for >= {c.bound:.2f})"
+                  for c in tanh if c.verdict == "not met"]  # fmt: skip
+        lines += [
+            "- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: " + ", ".join(speedups),
+            f"- tanh's targets: {tally(tanh)}" + (f"; not met: {'; '.join(slower)}" * bool(slower)),
+        ]
+    return [*lines, ""]
+
+
+TANH_BUILDS = ("v2.6.0", "Sleef u10", "this stack")
+TANH_HEADER = ["capability", "case", "threads", *TANH_BUILDS, "Sleef / this stack",
+               "v2.6.0 / this stack", "target", "verdict"]  # fmt: skip
+
+
+def tanh_section(tanh: dict | None) -> list[str]:
+    if not tanh:
+        return []
+    found, rows = tanh_checks(tanh), []
+    for r, c in zip(tanh["rows"], found, strict=True):
+        old, sleef, new = (r["ms"].get(b) for b in TANH_BUILDS)
+        rows.append([
+            r["capability"], r["case"], str(r["threads"]), fmt_ms(old), fmt_ms(sleef),
+            fmt_ms(new), f"{sleef / new:.3f}" if sleef and new else "n/a",
+            c.shown, f">= {c.bound:.2f}", c.verdict,
+        ])  # fmt: skip
+    skipped = [c for c in tanh_accuracy.CAPABILITIES if c not in tanh["capabilities"]]
+    cases = "; ".join(f"{name}: {text}" for name, text in TANH_CASES.items())
+    return [
+        "",
+        "## CPU tanh: PR 5 against v2.6.0 and Sleef",
+        "",
+        f"`torch.tanh(x, out=y)`, y contiguous, ms per call (median, timed as above) at 1 "
+        f"thread, and the contiguous case at {max(r['threads'] for r in tanh['rows'])} too. "
+        f"The cases (standard normal values, float32 unless said): {cases}. v2.6.0: the "
+        "wheel's own torch (MKL VML's tanh for float, Sleef through Vectorized<BFloat16> for "
+        "bf16); Sleef u10: Vectorized<float>::tanh in v2.6.0's own iterator loop, what "
+        "v2.6.0's builds without MKL (aarch64) run, compiled here per capability against the "
+        "wheel's headers (none at default, whose Vectorized<float>::tanh is std::tanh); this "
+        "stack: PR 5's kernel through the overlay. Each build and ATEN_CPU_CAPABILITY runs in "
+        "a process of its own (Sleef in v2.6.0's), capabilities as this CPU reports them"
+        + (f"; {', '.join(skipped)}: skipped, this CPU lacks it" if skipped else "")
+        + f". Targets (issue 18, item 2): v2.6.0 / this stack >= {NOT_SLOWER:.2f} for every case "
+        f'("none slower than v2.6.0", {NOT_SLOWER} for the noise of these machines), and >= '
+        f"{TANH_SPEEDUP:.2f} for contiguous float32 at 1 thread with AVX2 and with AVX512. "
+        "Each ratio is the other build's time over this stack's: above 1, this stack is faster.",
+        "",
+        table(TANH_HEADER, rows),
+        "",
+        f"tanh: {tally(found)}.",
+    ]
+
+
+def accuracy_section(accuracy: list | None) -> list[str]:
+    if not accuracy:
+        return []
+    rows = [[r["name"], "passed" if r["passed"] else "skipped" if r["skipped"] else "FAILED",
+             r["note"]] for r in accuracy]  # fmt: skip
+    return [
+        "",
+        "This stack's float32 tanh against the correctly rounded result, every one of the "
+        "2^32 inputs (stacktool/tanh_accuracy.py; the bar: at most 1 ULP, NaN kept, "
+        "tanh(-x) = -tanh(x) bit for bit, which covers -0 and -inf):",
+        "",
+        table(["check", "result", "found"], rows),
+    ]
+
+
+def profile_section(profile: dict | None) -> list[str]:
+    if not profile:
+        return []
+    rows = [[r["name"], f"{r['calls']:g}", f"{r['self_us']:.2f}"] for r in profile["ops"]]
+    return [
+        "",
+        "## Where the native op's time goes at the smallest size",
+        "",
+        f"Native torch.attn's forward+backward at n, d, dv = "
+        f"{fmt_size(profile['size'])}: torch.profiler, the fastest of {profile['rounds']} "
+        f"rounds of {profile['steps']} steps, per step (self CPU time, so nothing is counted "
+        f"twice). Profiled, a step took {profile['step_us']:.1f} us; the ops' self times add up "
+        f"to {profile['ops_us']:.1f} us, "
+        "the rest is Python and the autograd engine between ops. The profiler's own cost per op "
+        "is in these figures, so the unprofiled step above is shorter.",
+        "",
+        table(["op", "calls per step", "self us per step"], rows),
+        "",
+        PROFILE_READING,
+    ]

@@ -1,0 +1,65 @@
+"""`./stack bench [--quick] [--out DIR]`: every phase in order (attn timing, peak memory, and
+in the full run the tanh table, tanh's accuracy), each in worker processes, then bench.md,
+bench.json and bench.png."""
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from stacktool import tanh_accuracy
+from stacktool.bench.attn import PROFILE_ENV
+from stacktool.bench.common import FULL, LABELS, METHODS, QUICK, fmt_size, say
+from stacktool.bench.memory import MEMORY_ENV, MEMORY_SIZE
+from stacktool.bench.report import report
+from stacktool.bench.tanh import tanh_speed
+from stacktool.bench.workers import spawn, worker
+from stacktool.config import Layout
+
+QUICK_MEMORY_METHODS = ("native", "composite")  # what the memory target compares
+
+
+def run(layout: Layout, out_dir: Path, quick: bool) -> int:
+    """Time every method, measure peak memory, and (full run) time and check tanh, profile
+    the native op; write bench.md, bench.json and bench.png."""
+    started = time.monotonic()
+    settings = QUICK if quick else FULL
+
+    def log(line: str) -> None:
+        say(f"[{time.monotonic() - started:5.0f} s] {line}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sizes = "; ".join(fmt_size(s) for s in settings.sizes)
+    log(f"timing torch.attn's methods at n, d, dv = {sizes} (one process)")
+    timing = worker(layout, "timing", str(layout.fork), *(["--quick"] if quick else []),
+                    env=PROFILE_ENV)  # fmt: skip
+    if timing is None:
+        return 1
+    mb = {}
+    for method in QUICK_MEMORY_METHODS if quick else METHODS:
+        if method == "native" and not timing["has_native"]:
+            continue
+        log(f"peak memory: {LABELS[method]} (a fresh process)")
+        found = worker(layout, "memory", str(layout.fork), "--method", method, env=MEMORY_ENV)
+        if found is None:
+            return 1
+        mb[method] = found["mb"]
+    results = {"timing": timing, "memory": {"size": MEMORY_SIZE, "mb": mb}}
+    if not quick:
+        results["tanh"] = tanh_speed(layout, log)
+        if results["tanh"] is None:
+            return 1
+        log("tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)")
+        results["accuracy"] = [asdict(r) for r in tanh_accuracy.run(layout, log)]
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=1))
+    text = report(results, settings)
+    (out_dir / "bench.md").write_text(text)
+    print(text, flush=True)
+    png = out_dir / "bench.png"
+    png.unlink(missing_ok=True)
+    log("plotting")
+    if not spawn(layout, "plot", str(out_dir / "bench.json"), str(png)):
+        log("no plot (is matplotlib installed in .venv?)")
+    written = "bench.md, bench.json" + (", bench.png" if png.exists() else "")
+    log(f"wrote {written} to {out_dir}")
+    return 0

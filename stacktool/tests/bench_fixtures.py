@@ -1,0 +1,44 @@
+"""Synthetic benchmark results, as the workers write them, for the bench tests (no torch)."""
+
+from stacktool.bench.common import FWD_BWD
+from stacktool.bench.memory import MEMORY_SIZE
+
+
+def timing(rows, has_native=True):
+    return {
+        "torch": "2.6.0",
+        "cpu": "test CPU",
+        "threads": 2,
+        "has_native": has_native,
+        "load": [0.04, 1.96],
+        "rows": rows,
+    }
+
+
+def row(size, native, composite, compile, floor=None, function=1.0):
+    ms = {"composite": composite, "function": function, "compile": compile, "floor": floor}
+    if native is not None:
+        ms["native"] = native
+    return {"size": list(size), "pass": FWD_BWD, "ms": ms}
+
+
+def memory(native, composite=67.0):
+    mb = {"composite": composite, "function": 116.0, "compile": 40.0}
+    if native is not None:
+        mb["native"] = native
+    return {"size": list(MEMORY_SIZE), "mb": mb}
+
+
+def results(rows, mb, has_native=True, **more):
+    return {"timing": timing(rows, has_native), "memory": mb, **more}
+
+
+def tanh_row(capability, case, threads, old, new, sleef=None):
+    ms = {"v2.6.0": old, "this stack": new}
+    if sleef is not None:
+        ms["Sleef u10"] = sleef
+    return {"capability": capability, "case": case, "threads": threads, "ms": ms}
+
+
+def verdicts(found):
+    return [(c.text, c.where, c.verdict) for c in found]

@@ -1,0 +1,126 @@
+"""bench.md (stacktool/bench/report.py) from synthetic results: its tables, summary, notes."""
+
+import unittest
+
+from stacktool.bench.common import FULL, FWD, QUICK
+from stacktool.bench.report import report, summary
+from stacktool.tests.bench_fixtures import memory, results, row, tanh_row
+
+
+class ReportTest(unittest.TestCase):
+    def test_report_tables_sources_and_tally(self):
+        rows = [
+            {"size": [2, 3, 4], "pass": FWD, "ms": {"native": 0.01, "composite": 0.0123,
+                                                           "function": 0.05, "compile": 0.04}},
+            row((2, 3, 4), native=0.1, composite=0.2, compile=0.3, floor=0.05),
+        ]  # fmt: skip
+        text = report(results(rows, memory(50.0)), QUICK)
+        self.assertIn("Each step is a `Timer` with num_threads=2", text)
+        self.assertIn("blocked_autorange(min_run_time=0.01)", text)
+        self.assertIn("repeated 2 times per step", text)
+        self.assertIn("the median of the quietest round", text)
+        self.assertIn("load average 0.0 before timing, 2.0 after", text)
+        self.assertIn("(README, section Benchmark)", text)
+        self.assertNotIn("spec", text)
+        self.assertIn(
+            "| n, d, dv | pass | native torch.attn | composite (eager) | PR 2 Function "
+            "| torch.compile(composite) | floor |", text)  # fmt: skip
+        self.assertIn("| 2, 3, 4 | forward | 0.01 | 0.0123 | 0.05 | 0.04 | n/a |", text)
+        self.assertIn("| 2, 3, 4 | forward+backward | 0.1 | 0.2 | 1 | 0.3 | 0.05 |", text)
+        self.assertIn("| PR 2 Function | 116.0 | 1.731 |", text)
+        self.assertIn("| compile / native >= 1.00 | 2, 3, 4 forward | 4.000 | met |", text)
+        self.assertIn(
+            "| composite / native >= 1.50 | 2, 3, 4 forward+backward | 2.000 | met |", text
+        )
+        self.assertIn(
+            "| native / composite <= 0.75 | 2048, 64, 64 peak memory | 0.746 | met |", text
+        )
+        self.assertTrue(text.endswith("torch.attn: 4 met, 0 not met, 0 n/a. All targets of this "
+                                      "run, tanh's included: 4 met, 0 not met, 0 n/a.\n"))  # fmt: skip
+        self.assertIn("(bench.png)", text)
+        self.assertNotIn("does not exist", text)
+        self.assertNotIn("2^32", text)  # no tanh, accuracy or profile sections in a quick run
+        self.assertNotIn("torch.profiler", text)
+        self.assertNotIn("Sleef", text)
+
+    def test_summary_quotes_the_targets_ratios(self):
+        rows = [row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022),
+                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0)]  # fmt: skip
+        tanh = {"capabilities": ["default", "avx2"], "rows": [
+            tanh_row("default", "contiguous", 1, 13.5, 13.6),
+            tanh_row("avx2", "contiguous", 1, 13.5, 2.59),
+            tanh_row("avx2", "rows of 17", 1, 8.65, 9.5),
+        ]}  # fmt: skip
+        text = "\n".join(summary(results(rows, memory(34.9, 50.0), tanh=tanh)))
+        self.assertIn("- forward+backward, composite / native: 1.335 at 2, 3, 4; 1.310 at "
+                      "4096, 128, 128\n", text)  # fmt: skip
+        self.assertIn("- forward+backward, native / floor: 2.918 at 2, 3, 4; 1.033 at 4096, "
+                      "128, 128\n", text)  # fmt: skip
+        self.assertIn("- peak memory, native / composite: 0.698\n", text)
+        self.assertIn("- torch.attn's targets: 4 met, 2 not met, 0 n/a; not met: composite / "
+                      "native >= 1.50 at 2, 3, 4 forward+backward (1.335); compile / native >= "
+                      "1.00 at 4096, 128, 128 forward+backward (0.996)\n", text)  # fmt: skip
+        self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: 0.993 "
+                      "default, 5.212 avx2\n", text)  # fmt: skip
+        self.assertIn("- tanh's targets: 2 met, 1 not met, 0 n/a; not met: rows of 17, 1 thread, "
+                      "avx2 (0.911 for >= 0.95)\n", text)  # fmt: skip
+
+    def test_report_without_native_says_so(self):
+        rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5)]
+        text = report(results(rows, memory(None), has_native=False), FULL)
+        self.assertIn("torch.attn does not exist in this build: n/a.", text)
+        self.assertIn("| 64, 32, 32 | forward+backward | n/a | 1 | 1 | 1.5 | 0.5 |", text)
+        self.assertNotIn("native torch.attn |", text.split("| method |")[1].split("Targets")[0])
+        self.assertIn("torch.attn: 0 met, 0 not met, 3 n/a.", text)
+
+    def test_accuracy_and_profile_sections(self):
+        accuracy = [
+            {"name": "tanh float32, all 2^32 inputs [avx2]", "passed": 1, "failed": 0,
+             "skipped": 0, "note": "max 1 ULP"},
+            {"name": "tanh float32, all 2^32 inputs [avx512]", "passed": 0, "failed": 0,
+             "skipped": 1, "note": "this CPU does not support it"},
+        ]  # fmt: skip
+        profile = {"size": [2, 3, 4], "rounds": 5, "steps": 1000, "step_us": 120.0,
+                   "ops_us": 90.0,
+                   "ops": [{"name": "aten::mm", "calls": 5.0, "self_us": 40.27}]}  # fmt: skip
+        data = results([], memory(10.0), accuracy=accuracy)
+        data["timing"]["profile"] = profile
+        text = report(data, FULL)
+        self.assertIn("| tanh float32, all 2^32 inputs [avx2] | passed | max 1 ULP |", text)
+        self.assertIn("| tanh float32, all 2^32 inputs [avx512] | skipped |", text)
+        self.assertIn("| aten::mm | 5 | 40.27 |", text)
+        self.assertIn("a step took 120.0 us; the ops' self times add up to 90.0 us", text)
+
+    def test_native_faster_than_the_floor_is_said(self):
+        rows = [row((2048, 64, 64), 30.0, 40.0, 40.0, floor=30.2)]
+        text = report(results(rows, memory(10.0)), QUICK)
+        self.assertIn("native measured faster than the floor at 2048, 64, 64 (30 against 30.2 "
+                      "ms)", text)  # fmt: skip
+        rows[0]["ms"]["floor"] = 29.0
+        self.assertNotIn("measured faster than the floor", report(results(rows, memory(10.0)),
+                                                                  QUICK))  # fmt: skip
+
+
+class TanhReportTest(unittest.TestCase):
+    def test_times_ratios_and_verdicts(self):
+        tanh = {"capabilities": ["default", "avx2", "avx512"], "rows": [
+            tanh_row("default", "contiguous", 1, 13.5, 13.0),
+            tanh_row("avx2", "contiguous", 1, 14.0, 2.8, sleef=9.0),
+            tanh_row("avx512", "contiguous", 1, 10.7, 2.2),
+        ]}  # fmt: skip
+        text = report(results([], memory(10.0), tanh=tanh), FULL)
+        self.assertIn("| default | contiguous | 1 | 13.5 | n/a | 13 | n/a | 1.038 | >= 0.95 "
+                      "| met |", text)  # fmt: skip
+        self.assertIn("| avx2 | contiguous | 1 | 14 | 9 | 2.8 | 3.214 | 5.000 | >= 5.00 "
+                      "| met |", text)  # fmt: skip
+        self.assertIn("| avx512 | contiguous | 1 | 10.7 | n/a | 2.2 | n/a | 4.864 | >= 5.00 "
+                      "| not met |", text)  # fmt: skip
+        self.assertIn("tanh: 2 met, 1 not met, 0 n/a.", text)
+        self.assertNotIn("skipped, this CPU lacks it", text)
+        no_avx512 = {**tanh, "capabilities": ["default", "avx2"], "rows": tanh["rows"][:2]}
+        text = report(results([], memory(10.0), tanh=no_avx512), FULL)
+        self.assertIn("; avx512: skipped, this CPU lacks it.", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,101 @@
+"""`./stack bench` end to end (stacktool/bench/runner.py) with every worker process faked by
+what it writes: the phases, the workers' arguments and environments, the files written."""
+
+import contextlib
+import io
+import json
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+from stacktool import tanh_accuracy
+from stacktool.bench import runner, workers
+from stacktool.config import Layout
+from stacktool.suites import Result
+from stacktool.tests.bench_fixtures import row, timing
+
+
+class RunTest(unittest.TestCase):
+    def run_bench(self, quick: bool):
+        """bench.run with its workers faked (by what each writes); (spawned, phases, files)."""
+        layout = Layout(Path("/nonexistent"))
+        spawned = []
+
+        def fake_run(cmd, cwd, env):
+            command, args = cmd[3], cmd[4:]
+            spawned.append((command, args, env))
+            if command == "timing":
+                result = timing([row((2, 3, 4), 1.0, 2.0, 2.0, floor=0.5)])
+            elif command == "memory":
+                result = {"method": args[-1], "mb": 10.0}
+            elif command == "tanh":
+                wheel = env.get("PYTHONPATH") == str(layout.wheel_tree)
+                impls = ["torch", "sleef"] if "--sleef" in args else ["torch"]
+                result = {"torch": "t", "capability": env["ATEN_CPU_CAPABILITY"],
+                          "has_attn": not wheel,
+                          "rows": [{"case": "contiguous", "threads": 1, "impl": impl,
+                                    "ms": 2.0 if wheel else 1.0, "rounds_ms": [2.0]}
+                                   for impl in impls]}  # fmt: skip
+            else:
+                return mock.Mock(returncode=0)  # plot: writes no png here
+            Path(args[0]).write_text(json.dumps(result))
+            return mock.Mock(returncode=0)
+
+        def accuracy(layout, log):
+            log("tanh float32, all 2^32 inputs [avx2]: max 1 ULP")
+            return [Result("tanh float32, all 2^32 inputs [avx2]", 1, note="max 1 ULP")]
+
+        err, out = io.StringIO(), io.StringIO()
+        with (tempfile.TemporaryDirectory() as tmp,
+              mock.patch.object(workers.subprocess, "run", fake_run),
+              mock.patch.object(tanh_accuracy, "supported", lambda _: ["default", "avx2"]),
+              mock.patch.object(tanh_accuracy, "run", accuracy),
+              contextlib.redirect_stderr(err), contextlib.redirect_stdout(out)):  # fmt: skip
+            self.assertEqual(runner.run(layout, Path(tmp), quick=quick), 0)
+            written = sorted(path.name for path in Path(tmp).iterdir())
+            report = (Path(tmp) / "bench.md").read_text()
+        self.assertEqual(written, ["bench.json", "bench.md"])
+        self.assertEqual(out.getvalue(), report + "\n")
+        for _, _, env in spawned:  # no "No CUDA runtime is found" from any worker
+            self.assertEqual((env["CUDA_HOME"], env["CUDA_PATH"]), ("", ""))
+        self.assertEqual(spawned[0][2]["KINETO_LOG_LEVEL"], "5")  # the profiling worker's
+        phases = [line.split("] ", 1)[1] for line in err.getvalue().splitlines()]
+        self.assertEqual(phases[-2:], ["plotting", f"wrote bench.md, bench.json to {tmp}"])
+        return spawned, phases[:-2], report
+
+    def test_quick_run_names_each_phase(self):
+        spawned, phases, _ = self.run_bench(quick=True)
+        self.assertEqual([name for name, _, _ in spawned], ["timing", "memory", "memory", "plot"])
+        self.assertEqual(phases, [
+            "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
+            "(one process)",
+            "peak memory: native torch.attn (a fresh process)",
+            "peak memory: composite (eager) (a fresh process)",
+        ])  # fmt: skip
+
+    def test_full_run_times_tanh_per_capability_and_checks_accuracy(self):
+        spawned, phases, report = self.run_bench(quick=False)
+        tanh = [(args, env["ATEN_CPU_CAPABILITY"]) for name, args, env in spawned
+                if name == "tanh"]  # fmt: skip
+        self.assertEqual([(args[1:], cap) for args, cap in tanh], [
+            ([], "default"), ([], "default"),
+            (["--sleef", str(Path("/nonexistent/build/bench-sleef/avx2"))], "avx2"), ([], "avx2"),
+        ])  # fmt: skip
+        self.assertEqual(phases[-6:], [
+            "tanh [default]: v2.6.0 (7 cases, a process of its own)",
+            "tanh [default]: this stack (7 cases, a process of its own)",
+            "tanh [avx2]: v2.6.0 and Sleef u10 (7 cases, a process of its own)",
+            "tanh [avx2]: this stack (7 cases, a process of its own)",
+            "tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)",
+            "tanh float32, all 2^32 inputs [avx2]: max 1 ULP",
+        ])  # fmt: skip
+        self.assertEqual(len([p for p in phases if p.startswith("peak memory")]), 4)
+        self.assertIn("| avx2 | contiguous | 1 | 2 | 2 | 1 | 2.000 | 2.000 | >= 5.00 | not met |",
+                      report)  # fmt: skip
+        self.assertIn("; avx512: skipped, this CPU lacks it.", report)
+        self.assertIn("| tanh float32, all 2^32 inputs [avx2] | passed | max 1 ULP |", report)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,112 @@
+"""The benchmark's targets and verdicts (stacktool/bench/targets.py) on synthetic numbers."""
+
+import unittest
+
+from stacktool.bench import targets
+from stacktool.bench.common import FWD, FWD_BWD, SIZES
+from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, verdicts
+
+
+class ChecksTest(unittest.TestCase):
+    def test_targets_by_size(self):
+        rows = [row(s, 1.0, 2.0, 2.0, floor=1.0) for s in SIZES]
+        found = targets.checks(results(rows, memory(10.0)))
+        self.assertEqual(
+            [(c.text.split(" ")[0], c.where.split(",")[0]) for c in found],
+            [("composite", "2"), ("compile", "2"), ("composite", "64"), ("compile", "64"),
+             ("composite", "512"), ("compile", "512"),
+             ("composite", "2048"), ("compile", "2048"), ("native", "2048"),
+             ("composite", "4096"), ("compile", "4096"), ("native", "4096"),
+             ("native", "2048")],
+        )  # fmt: skip
+        self.assertEqual([c.bound for c in found[:6:2]], [1.5, 1.5, 1.15])
+
+    def test_bounds_are_inclusive_and_directions_right(self):
+        found = targets.checks(results([
+            row((2, 3, 4), native=2.0, composite=3.0, compile=1.9),  # 1.50x met; 0.95x not met
+            row((512, 64, 64), native=10.0, composite=11.4, compile=10.0),  # 1.14x not met; 1.0x met
+            row((2048, 64, 64), native=21.9, composite=40.0, compile=30.0, floor=20.0),
+            row((4096, 128, 128), native=22.2, composite=40.0, compile=30.0, floor=20.0),
+        ], memory(50.0)))  # fmt: skip
+        fb = FWD_BWD
+        self.assertEqual(verdicts(found), [
+            ("composite / native >= 1.50", f"2, 3, 4 {fb}", "met"),
+            ("compile / native >= 1.00", f"2, 3, 4 {fb}", "not met"),
+            ("composite / native >= 1.15", f"512, 64, 64 {fb}", "not met"),
+            ("compile / native >= 1.00", f"512, 64, 64 {fb}", "met"),
+            ("composite / native >= 1.15", f"2048, 64, 64 {fb}", "met"),
+            ("compile / native >= 1.00", f"2048, 64, 64 {fb}", "met"),
+            ("native / floor <= 1.10", f"2048, 64, 64 {fb}", "met"),  # 1.095
+            ("composite / native >= 1.15", f"4096, 128, 128 {fb}", "met"),
+            ("compile / native >= 1.00", f"4096, 128, 128 {fb}", "met"),
+            ("native / floor <= 1.10", f"4096, 128, 128 {fb}", "not met"),  # 1.11
+            ("native / composite <= 0.75", "2048, 64, 64 peak memory", "met"),  # 0.746
+        ])  # fmt: skip
+        self.assertAlmostEqual(found[-1].ratio, 50 / 67)
+
+    def test_ratios_shown_as_measured_and_never_rounded_into_met(self):
+        def check(ratio, bound, at_least):
+            return targets.Check("t", "w", ratio, bound, at_least)
+
+        tie = check(247 / 248, 1.0, True)  # torch.compile 247 ms against native 248 ms
+        self.assertEqual((tie.shown, tie.verdict), ("0.996", "not met"))
+        self.assertEqual((check(0.9996, 1.0, True).shown, check(0.9996, 1.0, True).verdict),
+                         ("0.9996", "not met"))  # "1.000" would read as met  # fmt: skip
+        self.assertEqual((check(1.1004, 1.1, False).shown, check(1.1004, 1.1, False).verdict),
+                         ("1.1004", "not met"))  # fmt: skip
+        self.assertEqual((check(1.0996, 1.1, False).shown, check(1.0996, 1.1, False).verdict),
+                         ("1.100", "met"))  # fmt: skip
+        self.assertEqual((check(1.5, 1.5, True).shown, check(1.5, 1.5, True).verdict),
+                         ("1.500", "met"))  # fmt: skip
+        self.assertEqual((check(None, 1.0, True).shown, check(None, 1.0, True).verdict),
+                         ("n/a", "n/a"))  # fmt: skip
+
+    def test_memory_over_bound_is_not_met(self):
+        found = targets.checks(results([], memory(98.0)))
+        self.assertEqual(
+            verdicts(found), [("native / composite <= 0.75", "2048, 64, 64 peak memory", "not met")]
+        )
+
+    def test_without_native_everything_is_na(self):
+        rows = [row(s, None, 2.0, 2.0, floor=1.0) for s in SIZES]
+        found = targets.checks(results(rows, memory(None), has_native=False))
+        self.assertEqual({c.verdict for c in found}, {"n/a"})
+        self.assertEqual({c.ratio for c in found}, {None})
+
+    def test_forward_rows_are_held_to_torch_compile_only(self):
+        forward = {**row((64, 32, 32), 1.0, 9.0, 0.9), "pass": FWD}
+        found = targets.checks(results([forward], memory(10.0)))
+        self.assertEqual(verdicts(found)[0],
+                         ("compile / native >= 1.00", "64, 32, 32 forward", "not met"))  # fmt: skip
+        self.assertEqual(len(found), 2)
+
+    def test_native_faster_than_the_floor_is_named(self):
+        rows = [row((2048, 64, 64), 30.0, 40.0, 40.0, floor=30.2),
+                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0)]  # fmt: skip
+        self.assertEqual(targets.below_floor(results(rows, memory(10.0))),
+                         ["2048, 64, 64 (30 against 30.2 ms)"])  # fmt: skip
+
+
+class TanhChecksTest(unittest.TestCase):
+    def test_five_x_for_contiguous_at_one_thread_with_avx2_and_avx512_else_not_slower(self):
+        tanh = {"capabilities": ["default", "avx2", "avx512"], "rows": [
+            tanh_row("default", "contiguous", 1, 13.5, 13.0),  # 1.04: not slower
+            tanh_row("avx2", "contiguous", 1, 14.0, 2.8, sleef=9.0),  # 5.00
+            tanh_row("avx2", "contiguous", 2, 7.0, 7.5, sleef=4.5),  # 0.933
+            tanh_row("avx2", "rows of 17", 1, 8.65, 1.09),
+            tanh_row("avx512", "contiguous", 1, 10.7, 2.2),  # 4.86
+            tanh_row("avx512", "bf16 inner stride 2", 1, 10.7, 27.5),
+        ]}  # fmt: skip
+        found = targets.checks(results([], memory(10.0), tanh=tanh))[1:]
+        self.assertEqual([(c.where, c.bound, c.verdict) for c in found], [
+            ("tanh contiguous, 1 thread, default", 0.95, "met"),
+            ("tanh contiguous, 1 thread, avx2", 5.0, "met"),
+            ("tanh contiguous, 2 threads, avx2", 0.95, "not met"),
+            ("tanh rows of 17, 1 thread, avx2", 0.95, "met"),
+            ("tanh contiguous, 1 thread, avx512", 5.0, "not met"),
+            ("tanh bf16 inner stride 2, 1 thread, avx512", 0.95, "not met"),
+        ])  # fmt: skip
+
+
+if __name__ == "__main__":
+    unittest.main()
