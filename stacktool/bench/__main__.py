@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     p = commands.add_parser("tanh")
     p.add_argument("out", type=Path)
     p.add_argument("--sleef", type=Path, metavar="BUILD_DIR", help="also time Sleef u10")
+    p.add_argument("--copy", action="store_true", help="also time y.copy_(x)")
     p = commands.add_parser("plot")
     p.add_argument("results", type=Path)
     p.add_argument("png", type=Path)
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "memory":
         result = memory_worker(args.fork, args.method)
     else:
-        result = tanh_worker(FULL, args.sleef)
+        result = tanh_worker(FULL, args.sleef, args.copy)
     args.out.write_text(json.dumps(result))
 
 

@@ -45,6 +45,10 @@ def fmt_ms(ms: float | None) -> str:
     return "n/a" if ms is None else f"{ms:.3g}"
 
 
+def fmt_ratio(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.3f}"
+
+
 def fmt_size(size) -> str:
     return ", ".join(str(x) for x in size)
 

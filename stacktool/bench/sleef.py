@@ -8,8 +8,8 @@ from pathlib import Path
 # v2.6.0's float tanh where it has no MKL (aarch64's builds): IMPLEMENT_ITERATOR_LAMBDA of
 # aten/src/ATen/native/cpu/UnaryOpsKernel.cpp (strided data gathered into a buffer) over
 # IMPLEMENT_VML(tanh) of aten/src/ATen/cpu/vml.h (vec::map of Vectorized<float>::tanh, which
-# is Sleef_tanhf8_u10 / Sleef_tanhf16_u10); BFloat16 converted to float and back by vec::map.
-# Built per capability against the wheel's headers (whose libtorch_cpu exports Sleef).
+# is Sleef_tanhf8_u10 / Sleef_tanhf16_u10); BFloat16 and Half converted to float and back by
+# vec::map. Built per capability against the wheel's headers (whose libtorch_cpu exports Sleef).
 SLEEF_SOURCE = r"""
 #include <ATen/Dispatch.h>
 #include <ATen/TensorIterator.h>
@@ -28,7 +28,7 @@ void vtanh(scalar_t* out, const scalar_t* in, int64_t size) {
 
 at::Tensor& sleef_tanh(const at::Tensor& self, at::Tensor& out) {
   auto iter = at::TensorIterator::unary_op(out, self);
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, iter.dtype(), "sleef_tanh", [&]() {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, iter.dtype(), "sleef_tanh", [&]() {
     iter.for_each([](char** data_, const int64_t* strides, int64_t n) {
       scalar_t* out_data = reinterpret_cast<scalar_t*>(data_[0]);
       scalar_t* in_data = reinterpret_cast<scalar_t*>(data_[1]);

@@ -1,11 +1,14 @@
 """The tanh table: `torch.tanh(x, out=y)` per case and CPU capability, for v2.6.0 (the wheel's
-own torch), Sleef u10 (in v2.6.0's process) and this stack.
+own torch), Sleef u10 (in v2.6.0's process), this stack as users get it (ATEN_CPU_FLOAT_TANH
+unset), this stack with ATEN_CPU_FLOAT_TANH=vectorized, and a plain copy `y.copy_(x)`.
 
-v2.6.0's tanh runs only in the wheel's own torch (the overlay leaves it alone), so each build
-and capability is timed by a worker process of its own (`tanh_worker`); `tanh_speed` runs them
-and merges their rows.
+v2.6.0's tanh runs only in the wheel's own torch (the overlay leaves it alone) and PR 5's
+kernel reads ATEN_CPU_FLOAT_TANH once per process, so each build, setting and capability is
+timed by a worker process of its own (`tanh_worker`); `tanh_speed` runs them and merges their
+rows.
 """
 
+import os
 from pathlib import Path
 
 from stacktool import tanh_accuracy
@@ -14,6 +17,7 @@ from stacktool.bench.common import Settings, say, threads
 from stacktool.bench.measure import measure
 from stacktool.bench.workers import worker
 from stacktool.config import Layout
+from stacktool.overlay.compile import CORE_LIB
 
 TANH_CASES = {  # name: what is timed, `torch.tanh(x, out=y)` with y contiguous, float32 unless said
     "contiguous": "x = randn(2048, 2048)",
@@ -21,12 +25,18 @@ TANH_CASES = {  # name: what is timed, `torch.tanh(x, out=y)` with y contiguous,
     "rows of 17": "x = randn(65536, 64)[:, :17]",
     "rows of 31": "x = randn(65536, 64)[:, :31]",
     "bf16 inner stride 2": "x = randn(2048, 4096, dtype=bfloat16)[:, ::2]",
+    "f16 inner stride 2": "x = randn(2048, 4096, dtype=float16)[:, ::2]",
     "column": "x = randn(4096, 1024)[:, 0] (4096 elements at stride 1024)",
     "permuted": "x = randn(128, 128, 256).permute(2, 0, 1) (no two dims coalesce)",
 }
-# Sleef's tanh is what Vectorized<float>::tanh calls with AVX2 and AVX512; the default
-# capability's Vectorized<float>::tanh is std::tanh element by element, so no Sleef there.
-SLEEF_CAPABILITIES = ("avx2", "avx512")
+# PR 5's kernel picks float's tanh by CPU vendor (VML on Intel, its vectorized one elsewhere)
+# unless this variable says `vml` or `vectorized`; it reads it once per process.
+FLOAT_TANH = "ATEN_CPU_FLOAT_TANH"
+VECTORIZED = "this stack, vectorized"  # the column of this stack with FLOAT_TANH=vectorized
+# The capabilities whose builds PR 5 changes (DEFAULT keeps v2.6.0's code, so FLOAT_TANH does
+# nothing there) and where Vectorized<float>::tanh is Sleef's (DEFAULT's is std::tanh).
+VECTORIZED_CAPABILITIES = ("avx2", "avx512")
+COLUMNS = {"sleef": "Sleef u10", "copy": "copy"}  # a worker's other steps, by column
 
 
 def tanh_inputs(torch) -> dict:
@@ -42,6 +52,7 @@ def tanh_inputs(torch) -> dict:
         "rows of 17": randn(65536, 64)[:, :17],
         "rows of 31": randn(65536, 64)[:, :31],
         "bf16 inner stride 2": randn(2048, 4096, dtype=torch.bfloat16)[:, ::2],
+        "f16 inner stride 2": randn(2048, 4096, dtype=torch.float16)[:, ::2],
         "column": randn(4096, 1024)[:, 0],
         "permuted": randn(128, 128, 256).permute(2, 0, 1),
     }
@@ -49,9 +60,10 @@ def tanh_inputs(torch) -> dict:
     return found
 
 
-def tanh_worker(settings: Settings, sleef_dir: Path | None) -> dict:
-    """ms per tanh of each case in this process's torch (which one, and whether it is this
-    stack's, goes with the result); with `sleef_dir`, Sleef u10's too, built there."""
+def tanh_worker(settings: Settings, sleef_dir: Path | None, copy: bool) -> dict:
+    """ms per tanh of each case in this process's torch (which one, at which capability and
+    FLOAT_TANH, goes with the result); with `sleef_dir`, Sleef u10's too, built there; with
+    `copy`, `y.copy_(x)`'s at 1 thread."""
     import torch
     from torch.utils.benchmark import Timer
 
@@ -60,21 +72,23 @@ def tanh_worker(settings: Settings, sleef_dir: Path | None) -> dict:
     if sleef_dir is not None:
         say(f"building the Sleef u10 extension [{capability}] in {sleef_dir} (cached)")
         impls["sleef"] = sleef.load(torch, sleef_dir, capability)
+    if copy:
+        impls["copy"] = lambda x, y: y.copy_(x)
     steps = {}
     for case, x in tanh_inputs(torch).items():
         y = torch.empty(x.shape, dtype=x.dtype)
-        if "sleef" in impls:  # the same function as torch's, to bf16's rounding
-            want = torch.tanh(x)
-            tol = 1e-2 if x.dtype == torch.bfloat16 else 1e-6
-            torch.testing.assert_close(impls["sleef"](x, y), want, atol=tol, rtol=tol)
-        for count in sorted({1, threads()} if case == "contiguous" else {1}):
-            for impl, fn in impls.items():
+        if "sleef" in impls:  # the same function as torch's, to the dtype's rounding
+            torch.testing.assert_close(impls["sleef"](x, y), torch.tanh(x))
+        for impl, fn in impls.items():
+            both = case == "contiguous" and impl != "copy"  # contiguous tanh at 2 threads too
+            for count in sorted({1, threads()} if both else {1}):
                 steps[case, count, impl] = (lambda fn=fn, x=x, y=y: fn(x, y)), count
     found = measure(steps, settings, Timer)
     return {
         "torch": torch.__file__,
         "capability": capability,
         "has_attn": hasattr(torch, "attn"),
+        "float_tanh": os.environ.get(FLOAT_TANH),
         "rows": [
             {"case": case, "threads": count, "impl": impl, **found[case, count, impl]}
             for case, count, impl in steps
@@ -82,43 +96,67 @@ def tanh_worker(settings: Settings, sleef_dir: Path | None) -> dict:
     }
 
 
-def tanh_rows(capabilities: list[str], found: dict) -> list[dict]:
-    """The tanh table from the workers' rows ({(capability, build): worker result})."""
-    builds = {"torch": None, "sleef": "Sleef u10"}
+def tanh_rows(found: dict) -> list[dict]:
+    """The tanh table from the workers' rows ({(capability, build): worker result}), a row per
+    capability, case and thread count, with a time per column."""
     rows = {}
-    for capability in capabilities:
-        for build in ("v2.6.0", "this stack"):
-            for r in found[capability, build]["rows"]:
-                key = capability, r["case"], r["threads"]
-                row = rows.setdefault(key, {"capability": capability, "case": r["case"],
-                                            "threads": r["threads"], "ms": {}})  # fmt: skip
-                name = builds[r["impl"]] or build
-                row["ms"][name] = r["ms"]
-                row.setdefault("rounds_ms", {})[name] = r["rounds_ms"]
+    for (capability, build), result in found.items():
+        for r in result["rows"]:
+            key = capability, r["case"], r["threads"]
+            row = rows.setdefault(key, {"capability": capability, "case": r["case"],
+                                        "threads": r["threads"], "ms": {}, "rounds_ms": {}})  # fmt: skip
+            name = COLUMNS.get(r["impl"], build)
+            row["ms"][name] = r["ms"]
+            row["rounds_ms"][name] = r["rounds_ms"]
     return list(rows.values())
 
 
-def tanh_speed(layout: Layout, log) -> dict | None:
-    """tanh's times per case: v2.6.0's and Sleef's, and this stack's, per CPU capability.
+def processes(layout: Layout, capability: str) -> list[tuple[str, dict, list[str]]]:
+    """(build, environment, worker arguments) of each tanh worker at `capability`: v2.6.0 (the
+    unpacked wheel's torch, PYTHONPATH first, so the fork's is not imported and the overlay
+    does nothing) with Sleef u10 where it has it, this stack with FLOAT_TANH unset, and this
+    stack with FLOAT_TANH=vectorized where PR 5 changes the build. The copy is timed in the
+    last one, so that the copy target's ratio comes from one process."""
+    wheel = "v2.6.0", {"PYTHONPATH": str(layout.wheel_tree)}
+    if capability not in VECTORIZED_CAPABILITIES:
+        return [(*wheel, []), ("this stack", {}, ["--copy"])]
+    return [
+        (*wheel, ["--sleef", str(layout.build / "bench-sleef" / capability)]),
+        ("this stack", {}, []),
+        (VECTORIZED, {FLOAT_TANH: "vectorized"}, ["--copy"]),
+    ]
 
-    v2.6.0 is the unpacked wheel's own torch (PYTHONPATH first, so the fork's is not imported
-    and the overlay does nothing); each result says which torch ran, and is refused if that
-    is not the build it is labelled with.
-    """
-    wheel = {"PYTHONPATH": str(layout.wheel_tree)}
+
+def reads_float_tanh(layout: Layout) -> bool:
+    """Whether this stack's overlay library names FLOAT_TANH (a kernel that reads it does)."""
+    library = layout.overlay / CORE_LIB
+    return library.exists() and FLOAT_TANH.encode() in library.read_bytes()
+
+
+def tanh_speed(layout: Layout, log) -> dict | None:
+    """The tanh table: every worker of every capability this CPU has, one process each. Each
+    result says which torch ran, at which capability and FLOAT_TANH, and is refused if that
+    is not what it is labelled with."""
     capabilities = tanh_accuracy.supported(layout)
     found = {}
     for capability in capabilities:
-        for build, env in (("v2.6.0", wheel), ("this stack", {})):
-            sleef = build == "v2.6.0" and capability in SLEEF_CAPABILITIES
-            log(f"tanh [{capability}]: {build}{' and Sleef u10' * sleef} ({len(TANH_CASES)} "
-                "cases, a process of its own)")  # fmt: skip
-            args = ["--sleef", str(layout.build / "bench-sleef" / capability)] if sleef else []
-            got = worker(layout, "tanh", *args, env={**env, "ATEN_CPU_CAPABILITY": capability})
+        for build, env, args in processes(layout, capability):
+            named = [build, *(COLUMNS[arg[2:]] for arg in args if arg.startswith("--"))]
+            log(f"tanh [{capability}]: {' and '.join(named)} ({len(TANH_CASES)} cases, a process "
+                "of its own)")  # fmt: skip
+            env = {FLOAT_TANH: None, **env, "ATEN_CPU_CAPABILITY": capability}
+            got = worker(layout, "tanh", *args, env=env)
             if got is None:
                 return None
-            if got["capability"] != capability or got["has_attn"] != (build == "this stack"):
-                log(f"{build} [{capability}] ran {got['torch']} as {got['capability']}")
+            if (got["capability"], got["has_attn"], got["float_tanh"]) != (
+                capability, build != "v2.6.0", env[FLOAT_TANH]
+            ):  # fmt: skip
+                log(f"{build} [{capability}] ran {got['torch']} as {got['capability']}, "
+                    f"{FLOAT_TANH}={got['float_tanh']}")  # fmt: skip
                 return None
             found[capability, build] = got
-    return {"capabilities": capabilities, "rows": tanh_rows(capabilities, found)}
+    return {
+        "capabilities": capabilities,
+        "reads_float_tanh": reads_float_tanh(layout),
+        "rows": tanh_rows(found),
+    }

@@ -17,16 +17,19 @@ from stacktool.config import Layout
 WORKER_ENV = {"CUDA_HOME": "", "CUDA_PATH": ""}
 
 
-def spawn(layout: Layout, *args: str, env: dict[str, str] | None = None) -> bool:
-    """Run a worker under the venv's Python; its stderr (progress, tracebacks) shows live."""
+def spawn(layout: Layout, *args: str, env: dict[str, str | None] | None = None) -> bool:
+    """Run a worker under the venv's Python; its stderr (progress, tracebacks) shows live.
+    `env` adds to this process's environment; a None value removes the variable."""
     env = {**os.environ, **layout.python_env, **WORKER_ENV, **(env or {})}
     proc = subprocess.run(
-        [str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env
+        [str(layout.python), "-m", "stacktool.bench", *args],
+        cwd=layout.root,
+        env={name: value for name, value in env.items() if value is not None},
     )
     return proc.returncode == 0
 
 
-def worker(layout: Layout, command: str, *args: str, env: dict[str, str] | None = None):
+def worker(layout: Layout, command: str, *args: str, env: dict[str, str | None] | None = None):
     """A worker's JSON result, or None (said on stderr) when it failed."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"

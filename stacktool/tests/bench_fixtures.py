@@ -2,6 +2,7 @@
 
 from stacktool.bench.common import FWD_BWD
 from stacktool.bench.memory import MEMORY_SIZE
+from stacktool.bench.tanh import VECTORIZED
 
 
 def timing(rows, has_native=True):
@@ -33,11 +34,16 @@ def results(rows, mb, has_native=True, **more):
     return {"timing": timing(rows, has_native), "memory": mb, **more}
 
 
-def tanh_row(capability, case, threads, old, new, sleef=None):
+def tanh_row(capability, case, threads, old, new, sleef=None, vectorized=None, copy=None):
     ms = {"v2.6.0": old, "this stack": new}
-    if sleef is not None:
-        ms["Sleef u10"] = sleef
+    for name, value in (("Sleef u10", sleef), (VECTORIZED, vectorized), ("copy", copy)):
+        if value is not None:
+            ms[name] = value
     return {"capability": capability, "case": case, "threads": threads, "ms": ms}
+
+
+def tanh_table(rows, capabilities=("default", "avx2", "avx512"), reads_float_tanh=True):
+    return {"capabilities": list(capabilities), "reads_float_tanh": reads_float_tanh, "rows": rows}
 
 
 def verdicts(found):

@@ -4,7 +4,7 @@ import unittest
 
 from stacktool.bench.common import FULL, FWD, QUICK
 from stacktool.bench.report import report, summary
-from stacktool.tests.bench_fixtures import memory, results, row, tanh_row
+from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, tanh_table
 
 
 class ReportTest(unittest.TestCase):
@@ -46,11 +46,11 @@ class ReportTest(unittest.TestCase):
     def test_summary_quotes_the_targets_ratios(self):
         rows = [row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022),
                 row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0)]  # fmt: skip
-        tanh = {"capabilities": ["default", "avx2"], "rows": [
-            tanh_row("default", "contiguous", 1, 13.5, 13.6),
-            tanh_row("avx2", "contiguous", 1, 13.5, 2.59),
+        tanh = tanh_table([
+            tanh_row("default", "contiguous", 1, 13.5, 13.6, copy=1.0),
+            tanh_row("avx2", "contiguous", 1, 13.5, 2.59, vectorized=1.2, copy=1.0),
             tanh_row("avx2", "rows of 17", 1, 8.65, 9.5),
-        ]}  # fmt: skip
+        ], ["default", "avx2"])  # fmt: skip
         text = "\n".join(summary(results(rows, memory(34.9, 50.0), tanh=tanh)))
         self.assertIn("- forward+backward, composite / native: 1.335 at 2, 3, 4; 1.310 at "
                       "4096, 128, 128\n", text)  # fmt: skip
@@ -62,8 +62,10 @@ class ReportTest(unittest.TestCase):
                       "1.00 at 4096, 128, 128 forward+backward (0.996)\n", text)  # fmt: skip
         self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: 0.993 "
                       "default, 5.212 avx2\n", text)  # fmt: skip
-        self.assertIn("- tanh's targets: 2 met, 1 not met, 0 n/a; not met: rows of 17, 1 thread, "
-                      "avx2 (0.911 for >= 0.95)\n", text)  # fmt: skip
+        self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, vectorized / copy: 1.200 avx2\n",
+                      text)  # fmt: skip
+        self.assertIn("- tanh's targets: 3 met, 1 not met, 0 n/a; not met: rows of 17, 1 thread, "
+                      "avx2 (0.911 for v2.6.0 / this stack >= 0.95)\n", text)  # fmt: skip
 
     def test_report_without_native_says_so(self):
         rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5)]
@@ -102,24 +104,44 @@ class ReportTest(unittest.TestCase):
 
 
 class TanhReportTest(unittest.TestCase):
-    def test_times_ratios_and_verdicts(self):
-        tanh = {"capabilities": ["default", "avx2", "avx512"], "rows": [
-            tanh_row("default", "contiguous", 1, 13.5, 13.0),
-            tanh_row("avx2", "contiguous", 1, 14.0, 2.8, sleef=9.0),
-            tanh_row("avx512", "contiguous", 1, 10.7, 2.2),
-        ]}  # fmt: skip
-        text = report(results([], memory(10.0), tanh=tanh), FULL)
-        self.assertIn("| default | contiguous | 1 | 13.5 | n/a | 13 | n/a | 1.038 | >= 0.95 "
+    def tanh_report(self, **table):
+        tanh = tanh_table([
+            tanh_row("default", "contiguous", 1, 13.5, 13.0, copy=1.0),
+            tanh_row("avx2", "contiguous", 1, 1.46, 1.45, sleef=10.4, vectorized=1.6, copy=1.0),
+            tanh_row("avx2", "contiguous", 2, 0.94996, 1.0, vectorized=0.7),
+            tanh_row("avx512", "contiguous", 1, 1.44, 1.43, vectorized=2.1, copy=1.3),
+        ], **table)  # fmt: skip
+        return report(results([], memory(10.0), tanh=tanh), FULL)
+
+    def test_times_ratios_and_targets(self):
+        text = self.tanh_report()
+        self.assertIn("| capability | case | threads | v2.6.0 | Sleef u10 | this stack | this "
+                      "stack, vectorized | copy | v2.6.0 / this stack | Sleef / this stack | this "
+                      "stack / copy | vectorized / copy |", text)  # fmt: skip
+        self.assertIn("| default | contiguous | 1 | 13.5 | n/a | 13 | n/a | 1 | 1.038 | n/a "
+                      "| 13.000 | n/a |", text)  # fmt: skip
+        self.assertIn("| avx2 | contiguous | 1 | 1.46 | 10.4 | 1.45 | 1.6 | 1 | 1.007 | 7.172 "
+                      "| 1.450 | 1.600 |", text)  # fmt: skip
+        # a ratio with a target is shown as its verdict reads it: 0.94996, not 0.950
+        self.assertIn("| avx2 | contiguous | 2 | 0.95 | n/a | 1 | 0.7 | n/a | 0.94996 | n/a "
+                      "| n/a | n/a |", text)  # fmt: skip
+        self.assertIn("| vectorized / copy <= 1.60 | tanh contiguous, 1 thread, avx2 | 1.600 "
                       "| met |", text)  # fmt: skip
-        self.assertIn("| avx2 | contiguous | 1 | 14 | 9 | 2.8 | 3.214 | 5.000 | >= 5.00 "
-                      "| met |", text)  # fmt: skip
-        self.assertIn("| avx512 | contiguous | 1 | 10.7 | n/a | 2.2 | n/a | 4.864 | >= 5.00 "
+        self.assertIn("| vectorized / copy <= 1.60 | tanh contiguous, 1 thread, avx512 | 1.615 "
                       "| not met |", text)  # fmt: skip
-        self.assertIn("tanh: 2 met, 1 not met, 0 n/a.", text)
+        self.assertIn("| v2.6.0 / this stack >= 0.95 | tanh contiguous, 2 threads, avx2 | 0.94996 "
+                      "| not met |", text)  # fmt: skip
+        self.assertIn("tanh: 4 met, 2 not met, 0 n/a.", text)
         self.assertNotIn("skipped, this CPU lacks it", text)
-        no_avx512 = {**tanh, "capabilities": ["default", "avx2"], "rows": tanh["rows"][:2]}
-        text = report(results([], memory(10.0), tanh=no_avx512), FULL)
+        self.assertNotIn("does not read ATEN_CPU_FLOAT_TANH", text)
+
+    def test_a_missing_capability_and_an_unread_variable_are_said(self):
+        text = self.tanh_report(capabilities=["default", "avx2"], reads_float_tanh=False)
         self.assertIn("; avx512: skipped, this CPU lacks it.", text)
+        self.assertIn("Note: this stack's build does not read ATEN_CPU_FLOAT_TANH: its vectorized "
+                      "column is what users get.", text)  # fmt: skip
+        self.assertIn("vectorized / copy: 1.600 avx2, 1.615 avx512 (this stack's build does not "
+                      "read ATEN_CPU_FLOAT_TANH", text)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ what it writes: the phases, the workers' arguments and environments, the files w
 import contextlib
 import io
 import json
+import os
 import tempfile
 import unittest
 from pathlib import Path
@@ -31,9 +32,9 @@ class RunTest(unittest.TestCase):
                 result = {"method": args[-1], "mb": 10.0}
             elif command == "tanh":
                 wheel = env.get("PYTHONPATH") == str(layout.wheel_tree)
-                impls = ["torch", "sleef"] if "--sleef" in args else ["torch"]
+                impls = ["torch"] + [name for name in ("sleef", "copy") if f"--{name}" in args]
                 result = {"torch": "t", "capability": env["ATEN_CPU_CAPABILITY"],
-                          "has_attn": not wheel,
+                          "has_attn": not wheel, "float_tanh": env.get("ATEN_CPU_FLOAT_TANH"),
                           "rows": [{"case": "contiguous", "threads": 1, "impl": impl,
                                     "ms": 2.0 if wheel else 1.0, "rounds_ms": [2.0]}
                                    for impl in impls]}  # fmt: skip
@@ -48,6 +49,7 @@ class RunTest(unittest.TestCase):
 
         err, out = io.StringIO(), io.StringIO()
         with (tempfile.TemporaryDirectory() as tmp,
+              mock.patch.dict(os.environ, {"ATEN_CPU_FLOAT_TANH": "vml"}),  # the user's own
               mock.patch.object(workers.subprocess, "run", fake_run),
               mock.patch.object(tanh_accuracy, "supported", lambda _: ["default", "avx2"]),
               mock.patch.object(tanh_accuracy, "run", accuracy),
@@ -79,21 +81,27 @@ class RunTest(unittest.TestCase):
         tanh = [(args, env["ATEN_CPU_CAPABILITY"]) for name, args, env in spawned
                 if name == "tanh"]  # fmt: skip
         self.assertEqual([(args[1:], cap) for args, cap in tanh], [
-            ([], "default"), ([], "default"),
-            (["--sleef", str(Path("/nonexistent/build/bench-sleef/avx2"))], "avx2"), ([], "avx2"),
+            ([], "default"), (["--copy"], "default"),
+            (["--sleef", str(Path("/nonexistent/build/bench-sleef/avx2"))], "avx2"),
+            ([], "avx2"), (["--copy"], "avx2"),
         ])  # fmt: skip
-        self.assertEqual(phases[-6:], [
-            "tanh [default]: v2.6.0 (7 cases, a process of its own)",
-            "tanh [default]: this stack (7 cases, a process of its own)",
-            "tanh [avx2]: v2.6.0 and Sleef u10 (7 cases, a process of its own)",
-            "tanh [avx2]: this stack (7 cases, a process of its own)",
+        # unset (what users get) in every worker but the one that forces it, whatever ours says
+        self.assertEqual([env.get("ATEN_CPU_FLOAT_TANH") for name, _, env in spawned
+                          if name == "tanh"], [None, None, None, None, "vectorized"])  # fmt: skip
+        self.assertEqual(phases[-7:], [
+            "tanh [default]: v2.6.0 (8 cases, a process of its own)",
+            "tanh [default]: this stack and copy (8 cases, a process of its own)",
+            "tanh [avx2]: v2.6.0 and Sleef u10 (8 cases, a process of its own)",
+            "tanh [avx2]: this stack (8 cases, a process of its own)",
+            "tanh [avx2]: this stack, vectorized and copy (8 cases, a process of its own)",
             "tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)",
             "tanh float32, all 2^32 inputs [avx2]: max 1 ULP",
         ])  # fmt: skip
         self.assertEqual(len([p for p in phases if p.startswith("peak memory")]), 4)
-        self.assertIn("| avx2 | contiguous | 1 | 2 | 2 | 1 | 2.000 | 2.000 | >= 5.00 | not met |",
-                      report)  # fmt: skip
+        self.assertIn("| avx2 | contiguous | 1 | 2 | 2 | 1 | 1 | 1 | 2.000 | 2.000 | 1.000 "
+                      "| 1.000 |", report)  # fmt: skip
         self.assertIn("; avx512: skipped, this CPU lacks it.", report)
+        self.assertIn("does not read ATEN_CPU_FLOAT_TANH", report)  # no build here
         self.assertIn("| tanh float32, all 2^32 inputs [avx2] | passed | max 1 ULP |", report)
 
 

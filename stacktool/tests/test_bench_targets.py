@@ -4,7 +4,7 @@ import unittest
 
 from stacktool.bench import targets
 from stacktool.bench.common import FWD, FWD_BWD, SIZES
-from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, verdicts
+from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, tanh_table, verdicts
 
 
 class ChecksTest(unittest.TestCase):
@@ -88,24 +88,30 @@ class ChecksTest(unittest.TestCase):
 
 
 class TanhChecksTest(unittest.TestCase):
-    def test_five_x_for_contiguous_at_one_thread_with_avx2_and_avx512_else_not_slower(self):
-        tanh = {"capabilities": ["default", "avx2", "avx512"], "rows": [
-            tanh_row("default", "contiguous", 1, 13.5, 13.0),  # 1.04: not slower
-            tanh_row("avx2", "contiguous", 1, 14.0, 2.8, sleef=9.0),  # 5.00
-            tanh_row("avx2", "contiguous", 2, 7.0, 7.5, sleef=4.5),  # 0.933
-            tanh_row("avx2", "rows of 17", 1, 8.65, 1.09),
-            tanh_row("avx512", "contiguous", 1, 10.7, 2.2),  # 4.86
-            tanh_row("avx512", "bf16 inner stride 2", 1, 10.7, 27.5),
-        ]}  # fmt: skip
-        found = targets.checks(results([], memory(10.0), tanh=tanh))[1:]
-        self.assertEqual([(c.where, c.bound, c.verdict) for c in found], [
-            ("tanh contiguous, 1 thread, default", 0.95, "met"),
-            ("tanh contiguous, 1 thread, avx2", 5.0, "met"),
-            ("tanh contiguous, 2 threads, avx2", 0.95, "not met"),
-            ("tanh rows of 17, 1 thread, avx2", 0.95, "met"),
-            ("tanh contiguous, 1 thread, avx512", 5.0, "not met"),
-            ("tanh bf16 inner stride 2, 1 thread, avx512", 0.95, "not met"),
+    def test_not_slower_everywhere_and_the_copy_bound_for_contiguous_at_one_thread(self):
+        tanh = tanh_table([
+            tanh_row("default", "contiguous", 1, 13.5, 13.0, copy=1.0),  # 1.04; no copy target
+            tanh_row("avx2", "contiguous", 1, 1.46, 1.45, sleef=10.4, vectorized=1.6, copy=1.0),
+            tanh_row("avx2", "contiguous", 2, 7.0, 7.5, vectorized=1.0),  # 0.933
+            tanh_row("avx2", "rows of 17", 1, 8.65, 1.09, vectorized=9.0, copy=1.0),
+            tanh_row("avx512", "contiguous", 1, 1.44, 1.43, vectorized=2.1, copy=1.3),  # 1.615
+            tanh_row("avx512", "f16 inner stride 2", 1, 10.7, 27.5),
         ])  # fmt: skip
+        found = targets.checks(results([], memory(10.0), tanh=tanh))[1:]
+        self.assertEqual(verdicts(found), [
+            ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, default", "met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, avx2", "met"),
+            ("vectorized / copy <= 1.60", "tanh contiguous, 1 thread, avx2", "met"),  # 1.60
+            ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 2 threads, avx2", "not met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh rows of 17, 1 thread, avx2", "met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, avx512", "met"),
+            ("vectorized / copy <= 1.60", "tanh contiguous, 1 thread, avx512", "not met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh f16 inner stride 2, 1 thread, avx512", "not met"),
+        ])  # fmt: skip
+
+    def test_the_copy_bound_without_a_vectorized_time_is_na(self):
+        row = tanh_row("avx2", "contiguous", 1, 1.46, 1.45, copy=1.0)
+        self.assertEqual(targets.tanh_row_checks(row)["vectorized / copy"].verdict, "n/a")
 
 
 if __name__ == "__main__":
