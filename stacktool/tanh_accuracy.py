@@ -13,7 +13,7 @@ rounded (a count per chunk of inputs) shows that the variable's two values ran t
 (`switched`).
 
 The tool runs under the system Python (no torch): `tasks` spawn the venv's Python on this
-module (`python -m stacktool.tanh_accuracy CAPABILITY OUT.json`).
+module (`python -m stacktool.tanh_accuracy CAPABILITY OUT.json [THREADS]`).
 """
 
 import hashlib
@@ -90,7 +90,7 @@ def tasks(layout: Layout, runnable: list[str], found: dict) -> list[Task]:
     """One Task per variant this CPU runs (suites.run_all runs them); each puts what its
     worker found in `found[(capability, kernel)]`, for `switched`."""
     return [Task(name(cap, kernel), lambda processes, cap=cap, kernel=kernel:
-                 check_variant(layout, cap, kernel, found, processes))
+                 check_variant(layout, cap, kernel, found, processes, threads=1))
             for cap, kernel in variants(runnable)]  # fmt: skip
 
 
@@ -101,14 +101,31 @@ def skipped(runnable: list[str]) -> list[Result]:
 
 
 def check_variant(
-    layout: Layout, capability: str, kernel: str | None, found: dict, processes: Processes
+    layout: Layout,
+    capability: str,
+    kernel: str | None,
+    found: dict,
+    processes: Processes,
+    threads: int | None = None,
 ) -> tuple[Result, str]:
-    """Run the worker for one variant: passed when max ULP <= 1, NaN kept, odd symmetry."""
+    """Run the worker for one variant: passed when max ULP <= 1, NaN kept, odd symmetry.
+
+    `threads`: torch's thread count in the worker (default: torch's). The gate runs two
+    workers at once on two cores with one thread each (two threads each were slower there);
+    an elementwise kernel gives every input the same result at any thread count.
+    """
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         proc = processes.run(
-            [str(layout.python), "-m", "stacktool.tanh_accuracy", capability, str(out)],
+            [
+                str(layout.python),
+                "-m",
+                "stacktool.tanh_accuracy",
+                capability,
+                str(out),
+                *([str(threads)] if threads else []),
+            ],  # fmt: skip
             cwd=Path(__file__).resolve().parent.parent,
             env=suite_env({**layout.python_env, **variant_env(capability, kernel)}),
         )
@@ -173,6 +190,7 @@ def summary(found: dict) -> str:
 # below 2^-12, |tanh(x) - x| < x^3/3 < half a ULP of x, so it is x; from 12 on (up to +inf),
 # 1 - tanh(x) < 2 exp(-2x) < 2^-25 (half a ULP below 1), so it is 1; NaN above +inf.
 TINY, SATURATED = 0x39800000, 0x41400000  # 2^-12, 12.0: multiples of CHUNK
+INF = 0x7F800000  # +inf; every pattern above it is a NaN
 
 
 def expected(torch, bits):
@@ -195,11 +213,15 @@ def check(torch) -> dict:
         x = bits.view(torch.float32)
         y, neg, want = torch.tanh(x), torch.tanh(-x), expected(torch, bits)
         sign = torch.iinfo(torch.int32).min
-        nan = x.isnan()
-        not_odd += int(((neg.view(torch.int32) != (y.view(torch.int32) ^ sign)) & ~nan).sum())
-        nan_lost += int((nan & ~(y.isnan() & neg.isnan())).sum())
+        odd = neg.view(torch.int32) != (y.view(torch.int32) ^ sign)
         # both non-negative: the distance between their bit patterns counts float32 steps
-        ulp = (y.view(torch.int32) - want.view(torch.int32)).abs().masked_fill(nan, 0)
+        ulp = (y.view(torch.int32) - want.view(torch.int32)).abs_()
+        if int(bits[-1]) > INF:  # NaN inputs (the last chunks only): NaN out, no ULP
+            nan = x.isnan()
+            odd &= ~nan
+            nan_lost += int((nan & ~(y.isnan() & neg.isnan())).sum())
+            ulp.masked_fill_(nan, 0)
+        not_odd += int(odd.sum())
         counts.append(int((ulp != 0).sum()))
         at = int(ulp.argmax())
         if int(ulp[at]) > worst:
@@ -219,13 +241,12 @@ def check(torch) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The worker: `python -m stacktool.tanh_accuracy CAPABILITY OUT.json`."""
-    capability, out = (argv or sys.argv[1:])[:2]
+    """The worker: `python -m stacktool.tanh_accuracy CAPABILITY OUT.json [THREADS]`."""
+    capability, out, *threads = argv or sys.argv[1:]
     import torch
 
-    # One thread: the gate runs two workers at once on two cores (2 threads each were slower
-    # there), and an elementwise kernel gives every input the same result at any thread count.
-    torch.set_num_threads(1)
+    if threads:
+        torch.set_num_threads(int(threads[0]))
     found = check(torch)
     if capability_name(found["capability"]) != capability:
         sys.exit(f"asked for {capability}, torch runs {found['capability']}")

@@ -91,12 +91,12 @@ class SuiteTableTest(unittest.TestCase):
             def run(self, command, **kwargs):
                 env = kwargs["env"]
                 kernel = env.get("ATEN_CPU_FLOAT_TANH")
-                ran.append((command[-2] if "stacktool.tanh_accuracy" in command else "suite",
-                            env["ATEN_CPU_CAPABILITY"], kernel))  # fmt: skip
-                if "stacktool.tanh_accuracy" in command:
+                worker = command[command.index("-m") + 1 :]
+                ran.append((worker, env["ATEN_CPU_CAPABILITY"], kernel))
+                if worker[0] == "stacktool.tanh_accuracy":
                     digest = {"vml": 1, "vectorized": 2}.get(kernel, 3)
-                    Path(command[-1]).write_text(json.dumps({**TanhAccuracyTest.FOUND,
-                                                             "digest": digest}))  # fmt: skip
+                    Path(worker[2]).write_text(json.dumps({**TanhAccuracyTest.FOUND,
+                                                           "digest": digest}))  # fmt: skip
                     return subprocess.CompletedProcess(command, 0, "", "")
                 return subprocess.CompletedProcess(command, 0, "==== 1 passed in 0.1s ====", "")
 
@@ -109,7 +109,10 @@ class SuiteTableTest(unittest.TestCase):
         names = [r.name for r in results]
         self.assertIn("test_nn [avx2, ATEN_CPU_FLOAT_TANH=vectorized]", names)
         self.assertIn("tanh float32, all 2^32 inputs [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
-        self.assertEqual(len([r for r in ran if r[0] == "avx2"]), 2)  # the exhaustive check
+        workers = [(w, cap) for w, cap, _ in ran if w[0] == "stacktool.tanh_accuracy"]
+        self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
+        for worker, cap in workers:  # on one thread each: two run at once
+            self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
         self.assertEqual(len(ran), 3 * 3 + 3)  # three suites and the check, three variants
         by_name = {r.name: r for r in results}
         for kernel in ("vml", "vectorized"):  # avx512: listed, skipped
@@ -307,10 +310,11 @@ class TanhAccuracyTest(unittest.TestCase):
         self.assertEqual(by_name["avx2"].failed, 1)  # 3 ULP fails the bar
 
     def test_bench_check_leaves_the_kernel_to_the_vendor(self):
-        envs = []
+        envs, commands = [], []
 
         def worker(command, **kwargs):
             envs.append(kwargs["env"])
+            commands.append(command)
             Path(command[-1]).write_text(json.dumps(self.FOUND))
             return subprocess.CompletedProcess(command, 0, "", "")
 
@@ -320,6 +324,7 @@ class TanhAccuracyTest(unittest.TestCase):
             tanh_accuracy.run(Layout(Path("/x")), lambda line: None)
         self.assertEqual([env["ATEN_CPU_CAPABILITY"] for env in envs], ["avx2"])
         self.assertNotIn("ATEN_CPU_FLOAT_TANH", envs[0])  # not even the shell's
+        self.assertTrue(commands[0][-1].endswith(".json"))  # torch's own thread count
 
     def test_variants_run_default_once_and_each_kernel_elsewhere(self):
         self.assertEqual(tanh_accuracy.variants(["default", "avx2", "avx512"]), [
