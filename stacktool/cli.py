@@ -15,6 +15,7 @@ from pathlib import Path
 
 from stacktool import (
     bench,
+    ccache,
     config,
     fork,
     gate,
@@ -114,6 +115,7 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
                 f"files): take what you need, then rm -rf {aside.name}")  # fmt: skip
     lint.ensure(layout)
     log("lint venv: upstream's pinned linters ready")
+    log(f"compiler cache: {ccache.ensure()} (cache in {layout.ccache.relative_to(layout.root)})")
     build(layout)
     log(venv.prove_torch(layout, Path("/")))
 
@@ -122,11 +124,14 @@ def build(layout: config.Layout) -> None:
     """The overlay build of what the layout's fork has checked out, and the venv's hook.
 
     The hook loads build/overlay (pytorch/'s build); the gate's worktree build is named to it
-    by the environment (`Layout.python_env`), never installed.
+    by the environment (`Layout.python_env`), never installed. Every build compiles through
+    the project's one ccache (build/ccache) and takes another build's codegen output when
+    that was made from the same inputs (`Layout.builds`).
     """
     own = config.Layout(layout.root)
     overlay.install_loader(layout.site_packages, own.overlay, own.fork)
-    overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1)
+    overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1,
+                  cache_dir=layout.ccache, seeds=tuple(layout.builds()))  # fmt: skip
 
 
 def export(layout: config.Layout, check: bool) -> int:

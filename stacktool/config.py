@@ -120,6 +120,15 @@ class Layout:
         return self.overlay_dir or self.build / "overlay"
 
     @property
+    def ccache(self) -> Path:
+        """The compiler cache of every overlay build of the project (stacktool/ccache.py)."""
+        return self.build / "ccache"
+
+    def builds(self) -> list[Path]:
+        """Every overlay build folder of the project: build/overlay and the gate's levels'."""
+        return [self.build / "overlay", *sorted(self.build.glob("gate/level-*/overlay"))]
+
+    @property
     def lock(self) -> Path:
         return self.root / ".stack.lock"
 

@@ -112,8 +112,8 @@ def run(layout: Layout, log, build) -> int:
     for level, commit, gate in each_level(layout, log, build):
         proof = venv.prove_torch(gate, gate.fork / "test")
         log(f"level {level} ({commit[:12]}): {proof}")
-        lint_result = lint.run(gate, f"{commit}~1", commit, f"level {level}: lint", log)
-        for result in [lint_result, *levels.run(level, gate, log)]:
+        lint_task = lint.task(gate, f"{commit}~1", commit, f"level {level}: lint")
+        for result in levels.run(level, gate, log, [lint_task]):
             result.name = f"level {level}: {result.name.removeprefix(f'level {level}: ')}"
             results.append(result)
     results.append(loop.run(layout, log))

@@ -1,26 +1,36 @@
-"""What each PR level is tested with, at its own commit (the gate checks the commit out)."""
+"""What each PR level is tested with, at its own commit (the gate checks the commit out).
+
+A level's checks (and the gate's `tasks` for it, its lint) run two at a time
+(suites.run_all); the bench smoke run, a timing, runs alone after them.
+"""
 
 from dataclasses import dataclass, field
 
 from stacktool import bench, tanh_accuracy
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
-from stacktool.suites import Result, run_suite
+from stacktool.suites import Result, Task, run_all, suite_task
 
 
-def level_1(layout: Layout, log):
+def level_1(layout: Layout, log, tasks=()):
     """PR 1 adds the derivation; the project root shows the same file."""
     doc = layout.fork / GRADIENT_DOC
+    results = run_all(layout, list(tasks), log)
     if not doc.exists():
-        return [Result(f"{GRADIENT_DOC} present", failed=1, note="PR 1 must add it")]
+        return [*results, Result(f"{GRADIENT_DOC} present", failed=1, note="PR 1 must add it")]
     same = layout.gradient_doc.exists() and layout.gradient_doc.read_bytes() == doc.read_bytes()
-    return [Result(f"{GRADIENT_DOC} at the root equals PR 1's", int(same), int(not same))]
+    return [*results, Result(f"{GRADIENT_DOC} at the root equals PR 1's", int(same), int(not same))]
 
 
-def level_2(layout: Layout, log):
+def gradcheck(layout: Layout) -> Task:
     """PR 2's gradcheck test, through upstream's runner."""
     command = ["test/run_test.py", "-i", "test_attn_gradcheck"]
-    return [run_suite(layout, "run_test.py -i test_attn_gradcheck", command, log)]
+    return suite_task(layout, "run_test.py -i test_attn_gradcheck", command)
+
+
+def level_2(layout: Layout, log, tasks=()):
+    """PR 2's gradcheck test."""
+    return run_all(layout, [*tasks, gradcheck(layout)], log)
 
 
 @dataclass
@@ -31,7 +41,7 @@ class Suite:
     upstream's test configuration (as CI's jobs set them); `deselect` maps each test id left
     out to the one-line reason; `why` says in one line why this selection, and any skips;
     `per_capability` runs it under each ATEN_CPU_CAPABILITY the CPU supports (a CPU kernel's
-    every compiled variant).
+    every compiled variant), in the AVX2 and AVX512 builds once per float tanh kernel.
     """
 
     name: str
@@ -41,7 +51,7 @@ class Suite:
     env: dict[str, str] = field(default_factory=dict)
     deselect: dict[str, str] = field(default_factory=dict)
     why: str = ""
-    per_capability: bool = False  # run once per ATEN_CPU_CAPABILITY this CPU supports
+    per_capability: bool = False  # once per tanh variant this CPU runs (tanh_accuracy.variants)
 
     def command(self) -> list[str]:
         """The arguments to the venv's Python, run in pytorch/."""
@@ -121,7 +131,8 @@ SUITES = (
           "TestCompiledAutograd and (test_basic or test_cache_hit or test_verbose_logs_graph)",
           levels=(4,), why="a sample: generated C++ nodes, their cache key, their origins"),
     # PR 5 changes the CPU float tanh kernel (tanh_stub): the tests that exercise tanh, under
-    # every CPU capability the kernel is compiled for, as CI's default and avx2 configs do.
+    # every CPU capability the kernel is compiled for, as CI's default and avx2 configs do, and
+    # in the AVX2 and AVX512 builds with each float kernel (tanh_accuracy.variants).
     Suite("test_unary_ufuncs", "test/test_unary_ufuncs.py", "tanh", levels=(5,),
           per_capability=True, why="tanh, tanh_, out=, the reference and PR 5's accuracy tests"),
     Suite("test_ops", "test/test_ops.py", "tanh or attn", levels=(5,), per_capability=True,
@@ -131,32 +142,34 @@ SUITES = (
 )  # fmt: skip
 
 
-def upstream_suites(layout: Layout, log, level: int):
-    """Every upstream suite for `level` with pytest; at level 4 also upstream's runner."""
-    capabilities = None
-    results = []
+def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Task]:
+    """A Task per upstream suite of `level` with pytest (one per tanh variant, see
+    tanh_accuracy.variants, of the `runnable` capabilities for a per_capability suite); at
+    level 4 also upstream's runner over the tests of the test_ops row, once."""
+    tasks = []
     for suite in [suite for suite in SUITES if level in suite.levels]:
         if not suite.per_capability:
-            results.append(run_suite(layout, suite.name, suite.command(), log, suite.env))
+            tasks.append(suite_task(layout, suite.name, suite.command(), suite.env))
             continue
-        capabilities = capabilities or tanh_accuracy.supported(layout)
-        for cap in capabilities:
-            env = {**suite.env, "ATEN_CPU_CAPABILITY": cap}
-            results.append(run_suite(layout, f"{suite.name} [{cap}]", suite.command(), log, env))
-    if level == 4:  # upstream's runner over the tests of the test_ops row, once
+        for cap, kernel in tanh_accuracy.variants(runnable):
+            env = {**suite.env, **tanh_accuracy.variant_env(cap, kernel)}
+            name = f"{suite.name} {tanh_accuracy.label(cap, kernel)}"
+            tasks.append(suite_task(layout, name, suite.command(), env))
+    if level == 4:
         command = ["test/run_test.py", "-i", "test_ops", "--", "-k", "attn"]
-        results.append(run_suite(layout, "run_test.py -i test_ops -- -k attn", command, log))
-    return results
+        tasks.append(suite_task(layout, "run_test.py -i test_ops -- -k attn", command))
+    return tasks
 
 
-def level_3(layout: Layout, log):
+def level_3(layout: Layout, log, tasks=()):
     """PR 3: torch.attn as a CompositeImplicitAutograd op, through upstream's suites."""
-    return [*level_2(layout, log), *upstream_suites(layout, log, 3)]
+    return run_all(layout, [*tasks, gradcheck(layout), *suite_tasks(layout, 3)], log)
 
 
-def level_4(layout: Layout, log):
+def level_4(layout: Layout, log, tasks=()):
     """PR 4: the explicit kernel and joint formula; level 3's suites, PR 4's, a bench smoke."""
-    return [*level_2(layout, log), *upstream_suites(layout, log, 4), bench_smoke(layout, log)]
+    results = run_all(layout, [*tasks, gradcheck(layout), *suite_tasks(layout, 4)], log)
+    return [*results, bench_smoke(layout, log)]
 
 
 def bench_smoke(layout: Layout, log):
@@ -166,16 +179,22 @@ def bench_smoke(layout: Layout, log):
     return Result("./stack bench --quick runs", int(ok), int(not ok))
 
 
-def level_5(layout: Layout, log):
-    """PR 5: the CPU float tanh kernel; tanh's suites and attn's, the exhaustive check."""
-    return [*upstream_suites(layout, log, 5), *tanh_accuracy.run(layout, log)]
+def level_5(layout: Layout, log, tasks=()):
+    """PR 5: the CPU float tanh kernel; tanh's suites and attn's, the exhaustive check, each
+    per tanh variant; and that ATEN_CPU_FLOAT_TANH's two values ran two kernels."""
+    runnable, found = tanh_accuracy.supported(layout), {}
+    exhaustive = tanh_accuracy.tasks(layout, runnable, found)
+    results = run_all(layout, [*tasks, *exhaustive, *suite_tasks(layout, 5, runnable)], log)
+    return [*results, *tanh_accuracy.skipped(runnable), *tanh_accuracy.switched(found)]
 
 
 LEVELS = {1: level_1, 2: level_2, 3: level_3, 4: level_4, 5: level_5}
 
 
-def run(level: int, layout: Layout, log):
-    """The results of `level`'s checks; levels 3 and 4 also rerun PR 2's test at their commit."""
+def run(level: int, layout: Layout, log, tasks: list[Task] = ()):
+    """The results of `level`'s checks, `tasks` (the gate's lint of the level) run among
+    them; levels 3 and 4 also rerun PR 2's test at their commit."""
     if level not in LEVELS:
-        return [Result(f"tests for level {level}", failed=1, note="no tests defined for it")]
-    return LEVELS[level](layout, log)
+        return [*run_all(layout, list(tasks), log),
+                Result(f"tests for level {level}", failed=1, note="no tests defined for it")]  # fmt: skip
+    return LEVELS[level](layout, log, tasks)

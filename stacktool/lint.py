@@ -17,7 +17,7 @@ from pathlib import Path
 from stacktool import venv, wheel
 from stacktool.config import Layout
 from stacktool.git import git
-from stacktool.suites import Result
+from stacktool.suites import Processes, Result, Task
 
 LINTERS = (
     "FLAKE8", "RUFF", "MYPY", "CLANGFORMAT", "NATIVEFUNCTIONS",
@@ -87,13 +87,16 @@ def files(fork: Path, base: str, tip: str | None, only: str = "d") -> list[str]:
     return sorted(set(found.split()))
 
 
-def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
+def run(
+    layout: Layout, base: str, tip: str | None, name: str, log, say=print, start=subprocess.run
+) -> Result:
     """Each linter over the files changed from `base` to `tip` (None: the working tree).
 
     One lintrunner run per linter, each logged as it starts. MYPY (a dmypy daemon, as
     upstream runs it) reads the fork's generated .pyi stubs, so it needs the checkout's
     overlay build; the others read the files alone. The daemon is started here with an idle
     timeout (DMYPY_IDLE_S), so a tree's next lint re-checks in seconds and it ends itself.
+    `say` prints the findings, `start` runs the linters (see `task`).
     """
     lint_venv = ensure(layout)
     paths = files(layout.fork, base, tip)
@@ -101,15 +104,12 @@ def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
     messages, failures = [], []
     dmypy = str(lint_venv / "bin" / "dmypy")
     python = [path for path in paths if path.endswith((".py", ".pyi"))]
-    if (
-        python
-        and subprocess.run([dmypy, "status"], cwd=layout.fork, capture_output=True).returncode
-    ):
-        subprocess.run([dmypy, "start", "--timeout", str(DMYPY_IDLE_S), "--", "--config=mypy.ini"],
-                       cwd=layout.fork, env=env, capture_output=True)  # fmt: skip
+    if python and start([dmypy, "status"], cwd=layout.fork, capture_output=True).returncode:
+        start([dmypy, "start", "--timeout", str(DMYPY_IDLE_S), "--", "--config=mypy.ini"],
+              cwd=layout.fork, env=env, capture_output=True)  # fmt: skip
     for linter in LINTERS if paths else ():
         log(f"{name}: {linter} over {len(paths)} file(s)")
-        proc = subprocess.run(
+        proc = start(
             [str(lint_venv / "bin" / "lintrunner"), "--take", linter, "--output", "json",
              *paths],
             cwd=layout.fork, env=env, capture_output=True, text=True,
@@ -126,17 +126,29 @@ def run(layout: Layout, base: str, tip: str | None, name: str, log) -> Result:
         m["path"] = m.get("path") and str(Path(layout.fork, m["path"]).relative_to(layout.fork))
     elsewhere = [m for m in messages if m["path"] and m["path"] not in paths]
     if elsewhere:  # MYPY checks what the files import too: upstream's own, as in its CI here
-        print("not counted, in files the stack does not change:\n"
+        say("not counted, in files the stack does not change:\n"
               + "".join(show(m) for m in elsewhere))  # fmt: skip
     report = [show(m) for m in messages if m not in elsewhere] + extra + failures
     with_findings = {m["path"] for m in messages if m["path"] and m not in elsewhere}
     with_findings |= {line.split(" ", 2)[1].rstrip(":") for line in extra}
     if report:
-        print("".join(report)[-8000:])
+        say("".join(report)[-8000:])
     ok = not report
     count = f"{len(with_findings)} of {len(paths)} files" if not ok else f"{len(paths)} files"
     log(f"{name}: {'no findings in' if ok else 'findings in'} {count}")
     return Result(name, int(ok), int(not ok), note=count)
+
+
+def task(layout: Layout, base: str, tip: str | None, name: str) -> Task:
+    """`run` as a Task for suites.run_all: what it would print is the output shown if it
+    fails, and its processes are the run's (stopped with it)."""
+
+    def lint(processes: Processes) -> tuple[Result, str]:
+        lines: list[str] = []
+        result = run(layout, base, tip, name, lines.append, lines.append, processes.run)
+        return result, "\n".join(lines)
+
+    return Task(name, lint)
 
 
 def show(message: dict) -> str:

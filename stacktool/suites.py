@@ -1,9 +1,18 @@
-"""Running upstream's test commands in a checkout of the fork and counting their tests."""
+"""Running upstream's test commands in a checkout of the fork and counting their tests.
+
+A level's suites run two at a time (`run_all`), as upstream's run_test.py runs test files
+on CI's 2-core CPU jobs: each one's output is kept and shown, with its own line of counts,
+when it ends, so two suites' logs never interleave.
+"""
 
 import os
 import re
 import subprocess
+import threading
 import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from stacktool.config import Layout
@@ -42,27 +51,85 @@ def pytest_counts(output: str) -> tuple[int, int, int]:
     return passed, failed, skipped
 
 
+# Variables that pick which CPU kernels torch runs: the gate sets them where it means to
+# (level 5) and never inherits them from the shell that started it.
+KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "ATEN_CPU_FLOAT_TANH")
+WORKERS = max(1, min(2, os.cpu_count() or 1))  # suites at a time: two, as on CI's 2-core jobs
+
+
 def suite_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without CI, with `extra` (e.g. PYTORCH_TEST_WITH_*) set.
+    """This process's environment without CI (nor KERNEL_CHOICE), with `extra` set.
 
     Without CI set, upstream's runners print their results instead of writing them to report
     files, and do not try to download CI's lists of slow and disabled tests.
     """
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env = {k: v for k, v in os.environ.items() if k != "CI" and k not in KERNEL_CHOICE}
     env.update(extra or {})
     return env
 
 
-def run_suite(layout: Layout, name: str, command: list[str], log, env=None) -> Result:
+class Stopped(Exception):
+    """Raised in a worker asked to start a process after the run was interrupted."""
+
+
+class Processes:
+    """The processes a run of suites started: none starts once `stop` was called.
+
+    A signal reaches the main thread only (cli stops every process below it then); `stop`
+    ends the ones the workers started since, and keeps them from starting more.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopped = False
+
+    def run(
+        self, command: list[str], capture_output=True, text=True, **kwargs
+    ) -> subprocess.CompletedProcess:
+        """subprocess.run(command, capture_output=True, text=True, **kwargs), unless the run
+        was stopped (Stopped)."""
+        with self.lock:
+            if self.stopped:
+                raise Stopped(command[0])
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, **kwargs)  # fmt: skip
+            self.running.add(proc)
+        try:
+            stdout, stderr = proc.communicate()
+        finally:
+            with self.lock:
+                self.running.discard(proc)
+        return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            for proc in self.running:
+                proc.terminate()
+
+
+@dataclass
+class Task:
+    """A check run_all runs in a worker thread: `run` starts its processes through the given
+    Processes and returns (its result, the output to show if it failed). It prints nothing:
+    `show` does, in the main thread, when it ends."""
+
+    name: str
+    run: Callable[[Processes], tuple[Result, str]]
+
+
+def execute(
+    layout: Layout, name: str, command: list[str], env=None, processes: Processes | None = None
+) -> tuple[Result, str]:
     """Run an upstream test command in the layout's fork with the venv's Python; count tests.
 
     `env`: variables to set for it (upstream's test configurations are chosen by them).
+    Prints nothing: (the result, the command's output).
     """
     started = time.monotonic()
     env = suite_env({**layout.python_env, **(env or {})})
-    proc = subprocess.run(
-        [str(layout.python), *command], cwd=layout.fork, env=env, capture_output=True, text=True
-    )
+    proc = (processes or Processes()).run([str(layout.python), *command], cwd=layout.fork, env=env)
     output = proc.stdout + proc.stderr
     passed, failed, skipped = pytest_counts(output)
     seconds = time.monotonic() - started
@@ -72,12 +139,51 @@ def run_suite(layout: Layout, name: str, command: list[str], log, env=None) -> R
         failed, note = 1, "ran no test"
     else:
         note = f"{seconds:.0f} s"
-    result = Result(name, passed, failed, skipped, note)
-    if failed:
-        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", name) + ".log")
+    return Result(name, passed, failed, skipped, note), output
+
+
+def show(layout: Layout, result: Result, output: str, log) -> Result:
+    """Print a finished check: a failed one's output (also kept in build/test-logs), then its
+    line of counts."""
+    if result.failed:
+        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", result.name) + ".log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(output)
         print(output[-6000:])
         result.note += f"; log: {log_path}"
-    log(f"{name}: {passed} passed, {failed} failed, {skipped} skipped ({result.note})")
+    log(f"{result.name}: {result.passed} passed, {result.failed} failed, {result.skipped} "
+        f"skipped ({result.note})")  # fmt: skip
     return result
+
+
+def run_suite(layout: Layout, name: str, command: list[str], log, env=None) -> Result:
+    """One suite, alone (see execute), shown when it ends."""
+    return show(layout, *execute(layout, name, command, env), log)
+
+
+def suite_task(layout: Layout, name: str, command: list[str], env=None) -> Task:
+    """The Task of one suite (see execute), for run_all."""
+    return Task(name, lambda processes: execute(layout, name, command, env, processes))
+
+
+def run_all(layout: Layout, tasks: list[Task], log, workers: int = WORKERS) -> list[Result]:
+    """Run `tasks` `workers` at a time, each shown (see show) as it ends; their results in
+    the order of `tasks`. A task that raises is a failed check with its traceback."""
+    processes = Processes()
+    results: list[Result | None] = [None] * len(tasks)
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        futures = {pool.submit(task.run, processes): n for n, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            n = futures[future]
+            try:
+                result, output = future.result()
+            except Exception:  # a bug of the task itself: shown, counted, the rest go on
+                result, output = Result(tasks[n].name, failed=1), traceback.format_exc()
+            results[n] = show(layout, result, output, log)
+    except BaseException:  # KeyboardInterrupt: nothing more starts, what runs is stopped
+        processes.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results

@@ -1,19 +1,23 @@
 """The exhaustive accuracy check of CPU float32 `torch.tanh`: every one of the 2^32 inputs.
 
 For each CPU capability this CPU supports (ATEN_CPU_CAPABILITY=default, avx2, avx512, as
-upstream's CI configs set it), a worker process computes torch.tanh over every non-negative
-float32 bit pattern and counts how far each result is, in ULP (float32 steps), from the
-correctly rounded one: at most 1 is the bar. The correctly rounded result is float64 tanh
-rounded to float32, except where it is known exactly (see `expected`). Every negative input
-is checked bitwise against the odd symmetry tanh(-x) = -tanh(x), which also pins
-tanh(-0) = -0; NaN must give NaN.
+upstream's CI configs set it), and in the AVX2 and AVX512 builds for each float kernel PR 5
+can run (ATEN_CPU_FLOAT_TANH=vml or vectorized; the DEFAULT build keeps v2.6.0's code, where
+the variable does nothing: `variants`), a worker process computes torch.tanh over every
+non-negative float32 bit pattern and counts how far each result is, in ULP (float32 steps),
+from the correctly rounded one: at most 1 is the bar. The correctly rounded result is float64
+tanh rounded to float32, except where it is known exactly (see `expected`). Every negative
+input is checked bitwise against the odd symmetry tanh(-x) = -tanh(x), which also pins
+tanh(-0) = -0; NaN must give NaN. A digest of where a run's results are not correctly
+rounded (a count per chunk of inputs) shows that the variable's two values ran two kernels
+(`switched`).
 
-The tool runs under the system Python (no torch): `run` spawns the venv's Python on this
-module (`python -m stacktool.tanh_accuracy CAPABILITY OUT.json`).
+The tool runs under the system Python (no torch): `tasks` spawn the venv's Python on this
+module (`python -m stacktool.tanh_accuracy CAPABILITY OUT.json [THREADS]`).
 """
 
+import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -22,9 +26,13 @@ from pathlib import Path
 
 from stacktool.config import Layout
 from stacktool.errors import StackError
-from stacktool.suites import Result
+from stacktool.suites import Processes, Result, Task, suite_env
 
 CAPABILITIES = ("default", "avx2", "avx512")
+# PR 5's float kernel in the AVX2 and AVX512 builds, forced by this variable (unset: by the
+# CPU's vendor, VML on Intel CPUs); the DEFAULT build keeps v2.6.0's code and ignores it.
+FLOAT_TANH = "ATEN_CPU_FLOAT_TANH"
+FLOAT_KERNELS = ("vml", "vectorized")
 CHUNK = 1 << 22
 MAX_ULP = 1
 
@@ -47,8 +55,7 @@ SUPPORT_CHECK = (
 
 def supported(layout: Layout) -> list[str]:
     """The ATEN_CPU_CAPABILITY values this CPU can run."""
-    env = {**os.environ, **layout.python_env}
-    env.pop("ATEN_CPU_CAPABILITY", None)
+    env = suite_env(layout.python_env)  # without ATEN_CPU_CAPABILITY: the hardware's word
     proc = subprocess.run(
         [str(layout.python), "-c", SUPPORT_CHECK], env=env, capture_output=True, text=True
     )
@@ -58,35 +65,112 @@ def supported(layout: Layout) -> list[str]:
     return [capability for capability in CAPABILITIES if capability in found]
 
 
-def worker_env(layout: Layout, capability: str) -> dict[str, str]:
-    return {**os.environ, **layout.python_env, "ATEN_CPU_CAPABILITY": capability}
+def variants(capabilities) -> list[tuple[str, str | None]]:
+    """(capability, float kernel) of each run: DEFAULT once (None: the variable unset, it
+    does nothing there), AVX2 and AVX512 once per FLOAT_KERNELS."""
+    return [(capability, kernel) for capability in capabilities
+            for kernel in ((None,) if capability == "default" else FLOAT_KERNELS)]  # fmt: skip
+
+
+def label(capability: str, kernel: str | None) -> str:
+    """How a run's name says its variant: `[avx2, ATEN_CPU_FLOAT_TANH=vml]`, `[default]`."""
+    return f"[{capability}]" if kernel is None else f"[{capability}, {FLOAT_TANH}={kernel}]"
+
+
+def variant_env(capability: str, kernel: str | None) -> dict[str, str]:
+    """The variables that force a variant (suites.suite_env drops any inherited ones)."""
+    return {"ATEN_CPU_CAPABILITY": capability, **({FLOAT_TANH: kernel} if kernel else {})}
+
+
+def name(capability: str, kernel: str | None) -> str:
+    return f"tanh float32, all 2^32 inputs {label(capability, kernel)}"
+
+
+def tasks(layout: Layout, runnable: list[str], found: dict) -> list[Task]:
+    """One Task per variant this CPU runs (suites.run_all runs them); each puts what its
+    worker found in `found[(capability, kernel)]`, for `switched`."""
+    return [Task(name(cap, kernel), lambda processes, cap=cap, kernel=kernel:
+                 check_variant(layout, cap, kernel, found, processes, threads=1))
+            for cap, kernel in variants(runnable)]  # fmt: skip
+
+
+def skipped(runnable: list[str]) -> list[Result]:
+    """A skipped result per variant of a capability this CPU does not support."""
+    return [Result(name(cap, kernel), skipped=1, note="this CPU does not support it")
+            for cap, kernel in variants(CAPABILITIES) if cap not in runnable]  # fmt: skip
+
+
+def check_variant(
+    layout: Layout,
+    capability: str,
+    kernel: str | None,
+    found: dict,
+    processes: Processes,
+    threads: int | None = None,
+) -> tuple[Result, str]:
+    """Run the worker for one variant: passed when max ULP <= 1, NaN kept, odd symmetry.
+
+    `threads`: torch's thread count in the worker (default: torch's). The gate runs two
+    workers at once on two cores with one thread each (two threads each were slower there);
+    an elementwise kernel gives every input the same result at any thread count.
+    """
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        proc = processes.run(
+            [
+                str(layout.python),
+                "-m",
+                "stacktool.tanh_accuracy",
+                capability,
+                str(out),
+                *([str(threads)] if threads else []),
+            ],  # fmt: skip
+            cwd=Path(__file__).resolve().parent.parent,
+            env=suite_env({**layout.python_env, **variant_env(capability, kernel)}),
+        )
+        if proc.returncode != 0:
+            return Result(name(capability, kernel), failed=1, note="the worker failed"), (
+                proc.stdout + proc.stderr
+            )
+        found[capability, kernel] = result = json.loads(out.read_text())
+    ok = verdict(result)
+    note = f"{summary(result)}; {time.monotonic() - started:.0f} s"
+    return Result(name(capability, kernel), int(ok), int(not ok), note=note), ""
 
 
 def run(layout: Layout, log) -> list[Result]:
-    """One result per capability: passed when max ULP <= 1, NaN kept and odd symmetry holds."""
+    """./stack bench's check: one run per capability, with the float kernel the CPU's vendor
+    picks (FLOAT_TANH unset), the kernel it times; one at a time."""
     results, runnable = [], supported(layout)
     for capability in CAPABILITIES:
-        name = f"tanh float32, all 2^32 inputs [{capability}]"
         if capability not in runnable:
-            results.append(Result(name, skipped=1, note="this CPU does not support it"))
+            results.append(Result(name(capability, None), skipped=1,
+                                  note="this CPU does not support it"))  # fmt: skip
             continue
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "result.json"
-            proc = subprocess.run(
-                [str(layout.python), "-m", "stacktool.tanh_accuracy", capability, str(out)],
-                cwd=Path(__file__).resolve().parent.parent, env=worker_env(layout, capability),
-                capture_output=True, text=True,
-            )  # fmt: skip
-            if proc.returncode != 0:
-                print(proc.stdout + proc.stderr)
-                results.append(Result(name, failed=1, note="the worker failed"))
-                continue
-            found = json.loads(out.read_text())
-        ok = verdict(found)
-        note = f"{summary(found)}; {time.monotonic() - started:.0f} s"
-        log(f"{name}: {note}")
-        results.append(Result(name, int(ok), int(not ok), note=note))
+        result, output = check_variant(layout, capability, None, {}, Processes())
+        if output:
+            print(output)
+        log(f"{result.name}: {result.note}")
+        results.append(result)
+    return results
+
+
+def switched(found: dict) -> list[Result]:
+    """Per capability whose two float kernels ran: passed when their outputs differ (the
+    digests), which shows FLOAT_TANH chose the kernel: VML and PR 5's kernel round
+    differently for millions of inputs."""
+    results = []
+    for capability in CAPABILITIES:
+        digests = [found.get((capability, kernel), {}).get("digest") for kernel in FLOAT_KERNELS]
+        if None in digests:
+            continue  # not run here, or its worker failed (that result says so)
+        same = digests[0] == digests[1]
+        note = ("the same inputs not correctly rounded: both values ran one kernel" if same
+                else "they round differently (digests "
+                + " / ".join(f"{d:016x}" for d in digests) + ")")  # fmt: skip
+        results.append(Result(f"{FLOAT_TANH}=vml and =vectorized run two kernels [{capability}]",
+                              int(not same), int(same), note=note))  # fmt: skip
     return results
 
 
@@ -106,6 +190,7 @@ def summary(found: dict) -> str:
 # below 2^-12, |tanh(x) - x| < x^3/3 < half a ULP of x, so it is x; from 12 on (up to +inf),
 # 1 - tanh(x) < 2 exp(-2x) < 2^-25 (half a ULP below 1), so it is 1; NaN above +inf.
 TINY, SATURATED = 0x39800000, 0x41400000  # 2^-12, 12.0: multiples of CHUNK
+INF = 0x7F800000  # +inf; every pattern above it is a NaN
 
 
 def expected(torch, bits):
@@ -122,18 +207,22 @@ def expected(torch, bits):
 
 def check(torch) -> dict:
     """Every float32 input: the worst error, counts of the failures (see module doc)."""
-    worst, worst_x, not_rounded, nan_lost, not_odd = 0, 0.0, 0, 0, 0
+    worst, worst_x, nan_lost, not_odd, counts = 0, 0.0, 0, 0, []
     bits = torch.arange(CHUNK, dtype=torch.int32)
     for _ in range((1 << 31) // CHUNK):
         x = bits.view(torch.float32)
         y, neg, want = torch.tanh(x), torch.tanh(-x), expected(torch, bits)
         sign = torch.iinfo(torch.int32).min
-        nan = x.isnan()
-        not_odd += int(((neg.view(torch.int32) != (y.view(torch.int32) ^ sign)) & ~nan).sum())
-        nan_lost += int((nan & ~(y.isnan() & neg.isnan())).sum())
+        odd = neg.view(torch.int32) != (y.view(torch.int32) ^ sign)
         # both non-negative: the distance between their bit patterns counts float32 steps
-        ulp = (y.view(torch.int32) - want.view(torch.int32)).abs().masked_fill(nan, 0)
-        not_rounded += int((ulp != 0).sum())
+        ulp = (y.view(torch.int32) - want.view(torch.int32)).abs_()
+        if int(bits[-1]) > INF:  # NaN inputs (the last chunks only): NaN out, no ULP
+            nan = x.isnan()
+            odd &= ~nan
+            nan_lost += int((nan & ~(y.isnan() & neg.isnan())).sum())
+            ulp.masked_fill_(nan, 0)
+        not_odd += int(odd.sum())
+        counts.append(int((ulp != 0).sum()))
         at = int(ulp.argmax())
         if int(ulp[at]) > worst:
             worst, worst_x = int(ulp[at]), float(x[at])
@@ -142,17 +231,22 @@ def check(torch) -> dict:
         "capability": torch.backends.cpu.get_cpu_capability(),
         "max_ulp": worst,
         "worst_x": worst_x,
-        "not_rounded": 2 * not_rounded,  # the negative half mirrors it (not_odd counts breaks)
+        "not_rounded": 2 * sum(counts),  # the negative half mirrors it (not_odd counts breaks)
         "nan_lost": nan_lost,
         "not_odd": not_odd,
+        # which inputs are not correctly rounded, per chunk of CHUNK: two kernels that round
+        # differently (VML and PR 5's differ at millions of inputs) give two digests
+        "digest": int(hashlib.sha256(json.dumps(counts).encode()).hexdigest()[:16], 16),
     }
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The worker: `python -m stacktool.tanh_accuracy CAPABILITY OUT.json`."""
-    capability, out = (argv or sys.argv[1:])[:2]
+    """The worker: `python -m stacktool.tanh_accuracy CAPABILITY OUT.json [THREADS]`."""
+    capability, out, *threads = argv or sys.argv[1:]
     import torch
 
+    if threads:
+        torch.set_num_threads(int(threads[0]))
     found = check(torch)
     if capability_name(found["capability"]) != capability:
         sys.exit(f"asked for {capability}, torch runs {found['capability']}")

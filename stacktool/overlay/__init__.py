@@ -57,6 +57,7 @@ import json
 import time
 from pathlib import Path
 
+from stacktool import ccache
 from stacktool.errors import StackError
 from stacktool.overlay import changes, compile, generate, load
 from stacktool.overlay.changes import BASE, new_ops
@@ -66,11 +67,21 @@ from stacktool.overlay.loader import MANIFEST
 __all__ = ["build", "install_loader", "new_ops"]
 
 
-def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
+def build(
+    fork: Path,
+    python: Path,
+    build_dir: Path,
+    jobs: int,
+    cache_dir: Path | None = None,
+    seeds: tuple[Path, ...] = (),
+) -> None:
     """Overlay-build the stack checked out in `fork` into `build_dir` (see module doc).
 
     `python` is the venv's interpreter (it runs the fork's code generators); `jobs` is
-    ninja's -j. Prints a one-line timing summary. StackError on anything to act on.
+    ninja's -j; `cache_dir`: ccache's cache for the compiles (stacktool/ccache.py), none
+    without it; `seeds`: other build folders whose codegen output is taken when it was made
+    from the same inputs (generate.codegen). Prints a one-line timing summary. StackError on
+    anything to act on.
     """
     t0 = time.monotonic()
     fork, build_dir = fork.resolve(), build_dir.resolve()
@@ -87,7 +98,7 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
 
     # what to generate: codegen, headers, sources
     t = time.monotonic()
-    ran_codegen = generate.codegen(fork, python, cg, ops)
+    ran_codegen = generate.codegen(fork, python, cg, ops, [seed / "codegen" for seed in seeds])
     t_codegen = time.monotonic() - t
 
     t = time.monotonic()
@@ -113,10 +124,21 @@ def build(fork: Path, python: Path, build_dir: Path, jobs: int) -> None:
         generate.sync_dir(build_dir / "src", {k: v.encode() for k, v in texts.items()})
 
         # what to compile
+        launcher, cached = "", ""
+        if cache_dir is not None:
+            found = ccache.find()
+            if found is None:
+                raise StackError("ccache not found: run ./stack setup, which installs it")
+            launcher, before = ccache.launcher(found, cache_dir), ccache.stats(found, cache_dir)
         ext_suffix, steps, total = compile.compile_libraries(
-            fork, python, build_dir, new_files, list(texts), list(added_tus), jobs
+            fork, python, build_dir, new_files, list(texts), list(added_tus), jobs, launcher
         )
-        compiled = f"compiled {steps}/{total} TUs"
+        if cache_dir is not None:
+            hits, misses = (
+                a - b for a, b in zip(ccache.stats(found, cache_dir), before, strict=True)
+            )
+            cached = f" ({hits} from ccache, {misses} compiled)"
+        compiled = f"compiled {steps}/{total} TUs{cached}"
         t_compile = time.monotonic() - t
 
         # how it loads: the manifest, checked by importing torch

@@ -725,6 +725,35 @@ class CpuKernelTest(unittest.TestCase):
         self.assertIn("-DCPU_CAPABILITY=DEFAULT -DCPU_CAPABILITY_DEFAULT -O3", flags["DEFAULT"])
 
 
+class CodegenSeedTest(unittest.TestCase):
+    """A build takes another build's codegen output made from the same inputs (PR 5's gate
+    level takes PR 4's or setup's: PR 5 changes no yaml) instead of running the generators."""
+
+    def test_a_seed_with_the_same_digest_is_copied(self):
+        tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, tmp)
+        fork, ops = tmp / "pytorch", ["attn"]
+        (fork / "aten/src/ATen/native").mkdir(parents=True)
+        (fork / changes.NATIVE_YAML).write_text("- func: attn\n")
+        other, seed = tmp / "level-3" / "codegen", tmp / "overlay" / "codegen"
+        for folder, key in ((other, "another digest"), (seed, generate.codegen_key(fork, ops))):
+            (folder / "full").mkdir(parents=True)
+            (folder / "full" / "x.h").write_text(str(folder))
+            (folder / "stamp").write_text(key)
+        cg, ran = tmp / "level-5" / "codegen", []
+        with (
+            unittest.mock.patch.object(generate, "_run_parallel", lambda *a: ran.append(a)),
+            contextlib.redirect_stdout(io.StringIO()),
+        ):
+            self.assertFalse(generate.codegen(fork, Path("python"), cg, ops, [other, seed]))
+            self.assertEqual((cg / "full" / "x.h").read_text(), str(seed))
+            self.assertEqual((cg / "stamp").read_text(), (seed / "stamp").read_text())
+            self.assertEqual(ran, [])
+            (fork / changes.NATIVE_YAML).write_text("- func: attn2\n")  # another yaml: runs
+            self.assertTrue(generate.codegen(fork, Path("python"), cg, ops, [other, seed]))
+        self.assertEqual(len(ran), 1)
+
+
 class NinjaProgressTest(unittest.TestCase):
     """The build names each translation unit as it finishes, counted against the run's total."""
 

@@ -1,19 +1,25 @@
 """Tests of how the gate runs upstream's suites and counts their tests (stdlib only, < 1 s)."""
 
+import contextlib
+import io
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 from pathlib import Path
 from unittest import mock
 
-from stacktool import levels, tanh_accuracy
+from stacktool import levels, suites, tanh_accuracy
 from stacktool.config import Layout
 from stacktool.errors import StackError
 from stacktool.levels import SUITES, Suite
-from stacktool.suites import pytest_counts, run_suite, suite_env
+from stacktool.suites import Result, Task, pytest_counts, run_suite, suite_env
 
 
 class PytestCountsTest(unittest.TestCase):
@@ -57,20 +63,64 @@ class SuiteTableTest(unittest.TestCase):
         for suite in SUITES:
             self.assertTrue(suite.levels and set(suite.levels) <= {3, 4, 5}, suite.name)
 
-    def test_level_5_runs_each_suite_under_each_supported_capability(self):
+    def test_level_5_runs_each_suite_per_capability_and_float_tanh_kernel(self):
+        tasks = levels.suite_tasks(Layout(Path("/x")), 5, ["default", "avx2"])
+        per_suite = [s for s in SUITES if 5 in s.levels]
+        self.assertEqual(len(tasks), 3 * len(per_suite))  # default once, avx2 once per kernel
+        self.assertEqual([t.name for t in tasks[:3]], [
+            "test_unary_ufuncs [default]",
+            "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",
+            "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
+        ])  # fmt: skip
+        envs = []
+        with mock.patch.object(suites, "execute", lambda lay, name, c, env, p: envs.append(env)):
+            for task in tasks[:3]:
+                task.run(None)
+        self.assertEqual(envs, [
+            {"ATEN_CPU_CAPABILITY": "default"},
+            {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vml"},
+            {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vectorized"},
+        ])  # fmt: skip
+
+    def test_level_5_end_to_end_with_stand_in_processes(self):
+        """Every variant's suites and exhaustive checks, the skipped capability, and the check
+        that ATEN_CPU_FLOAT_TANH's two values ran two kernels (their digests differ)."""
         ran = []
 
-        def run_suite(layout, name, command, log, env):
-            ran.append((name, env.get("ATEN_CPU_CAPABILITY")))
+        class Fake(suites.Processes):
+            def run(self, command, **kwargs):
+                env = kwargs["env"]
+                kernel = env.get("ATEN_CPU_FLOAT_TANH")
+                worker = command[command.index("-m") + 1 :]
+                ran.append((worker, env["ATEN_CPU_CAPABILITY"], kernel))
+                if worker[0] == "stacktool.tanh_accuracy":
+                    digest = {"vml": 1, "vectorized": 2}.get(kernel, 3)
+                    Path(worker[2]).write_text(json.dumps({**TanhAccuracyTest.FOUND,
+                                                           "digest": digest}))  # fmt: skip
+                    return subprocess.CompletedProcess(command, 0, "", "")
+                return subprocess.CompletedProcess(command, 0, "==== 1 passed in 0.1s ====", "")
 
         with (
-            mock.patch.object(levels, "run_suite", run_suite),
-            mock.patch.object(levels.tanh_accuracy, "supported", return_value=["default", "avx2"]),
+            mock.patch.object(suites, "Processes", Fake),
+            mock.patch.object(tanh_accuracy, "supported", return_value=["default", "avx2"]),
+            mock.patch("builtins.print"),
         ):
-            levels.upstream_suites(Layout(Path("/x")), lambda line: None, 5)
-        self.assertIn(("test_nn [avx2]", "avx2"), ran)
-        self.assertIn(("test_unary_ufuncs [default]", "default"), ran)
-        self.assertEqual(len(ran), 2 * len([s for s in SUITES if 5 in s.levels]))
+            results = levels.level_5(Layout(Path("/x")), lambda line: None)
+        names = [r.name for r in results]
+        self.assertIn("test_nn [avx2, ATEN_CPU_FLOAT_TANH=vectorized]", names)
+        self.assertIn("tanh float32, all 2^32 inputs [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
+        workers = [(w, cap) for w, cap, _ in ran if w[0] == "stacktool.tanh_accuracy"]
+        self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
+        for worker, cap in workers:  # on one thread each: two run at once
+            self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
+        self.assertEqual(len(ran), 3 * 3 + 3)  # three suites and the check, three variants
+        by_name = {r.name: r for r in results}
+        for kernel in ("vml", "vectorized"):  # avx512: listed, skipped
+            skip = by_name[f"tanh float32, all 2^32 inputs [avx512, ATEN_CPU_FLOAT_TANH={kernel}]"]
+            self.assertEqual((skip.skipped, skip.failed), (1, 0))
+        switch = by_name["ATEN_CPU_FLOAT_TANH=vml and =vectorized run two kernels [avx2]"]
+        self.assertEqual((switch.passed, switch.failed), (1, 0))
+        self.assertEqual(sum(r.failed for r in results), 0)
 
     def test_every_deselection_and_unusual_selection_has_a_one_line_reason(self):
         for suite in SUITES:
@@ -107,6 +157,13 @@ class RunSuiteTest(unittest.TestCase):
             self.assertEqual(os.environ["CI"], "1")  # this process's environment is untouched
         self.assertEqual((result.passed, result.failed), (1, 0))
 
+    def test_suite_env_never_inherits_a_kernel_choice(self):
+        shell = {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vml"}
+        with mock.patch.dict(os.environ, shell):
+            self.assertFalse(set(shell) & set(suite_env()))
+            self.assertEqual(suite_env({"ATEN_CPU_FLOAT_TANH": "vectorized"})
+                             ["ATEN_CPU_FLOAT_TANH"], "vectorized")  # fmt: skip
+
     def test_suite_env_leaves_os_environ_alone(self):
         with mock.patch.dict(os.environ, {"CI": "1"}):
             env = suite_env({"PYTORCH_TEST_WITH_INDUCTOR": "1"})
@@ -117,6 +174,94 @@ class RunSuiteTest(unittest.TestCase):
     def test_runner_failing_without_a_test_failing_counts(self):
         result = self.run_script("print('==== 2 passed in 0.1s ===='); raise SystemExit(3)")
         self.assertEqual((result.passed, result.failed), (2, 1))
+
+
+class RunAllTest(unittest.TestCase):
+    """Two suites at a time, each shown whole when it ends, in the table in the given order."""
+
+    def layout(self) -> Layout:
+        tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, tmp)
+        return Layout(tmp)
+
+    def run_all(self, tasks, workers=2):
+        out, lines = io.StringIO(), []
+        with contextlib.redirect_stdout(out):
+            results = suites.run_all(self.layout(), tasks, lines.append, workers)
+        return results, out.getvalue(), lines
+
+    def test_two_run_at_once_and_results_keep_the_tasks_order(self):
+        both = threading.Barrier(2, timeout=10)  # broken unless two tasks run at once
+        second_done = threading.Event()
+
+        def first(processes):
+            both.wait()
+            second_done.wait(10)  # ends after the second one
+            return Result("first", passed=1), ""
+
+        def second(processes):
+            both.wait()
+            second_done.set()
+            return Result("second", passed=2), ""
+
+        results, _, lines = self.run_all([Task("first", first), Task("second", second)])
+        self.assertEqual([r.name for r in results], ["first", "second"])
+        self.assertEqual([line.split(":")[0] for line in lines], ["second", "first"])
+        self.assertEqual(lines[1], "first: 1 passed, 0 failed, 0 skipped ()")
+
+    def test_a_failure_shows_its_own_output_whole_and_the_others_go_on(self):
+        def failing(processes):
+            return Result("bad", failed=1), "line 1 of bad\nline 2 of bad\n"
+
+        def crashing(processes):
+            raise ValueError("a bug in the task")
+
+        tasks = [Task("bad", failing), Task("crash", crashing),
+                 Task("good", lambda processes: (Result("good", passed=1), "not shown"))]  # fmt: skip
+        results, out, lines = self.run_all(tasks)
+        self.assertEqual(
+            [(r.name, r.failed) for r in results], [("bad", 1), ("crash", 1), ("good", 0)]
+        )
+        self.assertIn("line 1 of bad\nline 2 of bad\n", out)  # in one piece
+        self.assertIn("ValueError: a bug in the task", out)
+        self.assertNotIn("not shown", out)
+        self.assertIn("log: ", results[0].note)
+        self.assertEqual(len(lines), 3)
+
+    def test_an_interrupt_stops_what_runs_and_starts_nothing_more(self):
+        """Ctrl-C reaches the main thread (here: as the first check is shown); cli has stopped
+        the processes below it by then, and run_all those its workers start after."""
+        started, outcomes = threading.Event(), []
+
+        def sleeper(processes):
+            started.set()
+            try:
+                outcomes.append(processes.run(["sleep", "30"]).returncode)
+            except suites.Stopped:
+                outcomes.append("not started")
+            return Result("sleep", passed=1), ""
+
+        def quick(processes):
+            started.wait(10)
+            time.sleep(0.2)  # sleep 30 has started
+            return Result("quick", passed=1), ""
+
+        def log(line):
+            raise KeyboardInterrupt
+
+        tasks = [Task("sleep", sleeper), Task("quick", quick), Task("third", sleeper)]
+        began = time.monotonic()
+        with self.assertRaises(KeyboardInterrupt), contextlib.redirect_stdout(io.StringIO()):
+            suites.run_all(self.layout(), tasks, log, 2)
+        self.assertLess(time.monotonic() - began, 10)
+        self.assertIn(-signal.SIGTERM, outcomes)
+        self.assertLessEqual(set(outcomes), {-signal.SIGTERM, "not started"})
+
+    def test_a_stopped_run_refuses_new_processes(self):
+        processes = suites.Processes()
+        processes.stop()
+        with self.assertRaises(suites.Stopped):
+            processes.run([sys.executable, "-c", "pass"])
 
 
 class TanhAccuracyTest(unittest.TestCase):
@@ -139,7 +284,7 @@ class TanhAccuracyTest(unittest.TestCase):
             seen.update(env)
             return subprocess.CompletedProcess(command, 0, "default avx2 \n", "")
 
-        with mock.patch.dict(tanh_accuracy.os.environ, {"ATEN_CPU_CAPABILITY": "avx512"}), \
+        with mock.patch.dict(os.environ, {"ATEN_CPU_CAPABILITY": "avx512"}), \
                 mock.patch.object(tanh_accuracy.subprocess, "run", probe):  # fmt: skip
             self.assertEqual(tanh_accuracy.supported(Layout(Path("/x"))), ["default", "avx2"])
         self.assertNotIn("ATEN_CPU_CAPABILITY", seen)
@@ -157,12 +302,49 @@ class TanhAccuracyTest(unittest.TestCase):
             return subprocess.CompletedProcess(command, 0, "", "")
 
         with mock.patch.object(tanh_accuracy, "supported", return_value=["default", "avx2"]), \
-                mock.patch.object(tanh_accuracy.subprocess, "run", worker):  # fmt: skip
+                mock.patch.object(suites.Processes, "run", lambda self, c, **k: worker(c)):  # fmt: skip
             results = tanh_accuracy.run(Layout(Path("/x")), lambda line: None)
         by_name = {r.name.split("[")[1].rstrip("]"): r for r in results}
         self.assertEqual((by_name["avx512"].skipped, by_name["avx512"].failed), (1, 0))
         self.assertIn("does not support", by_name["avx512"].note)
         self.assertEqual(by_name["avx2"].failed, 1)  # 3 ULP fails the bar
+
+    def test_bench_check_leaves_the_kernel_to_the_vendor(self):
+        envs, commands = [], []
+
+        def worker(command, **kwargs):
+            envs.append(kwargs["env"])
+            commands.append(command)
+            Path(command[-1]).write_text(json.dumps(self.FOUND))
+            return subprocess.CompletedProcess(command, 0, "", "")
+
+        with mock.patch.dict(os.environ, {"ATEN_CPU_FLOAT_TANH": "vml"}), \
+                mock.patch.object(tanh_accuracy, "supported", return_value=["avx2"]), \
+                mock.patch.object(suites.Processes, "run", lambda self, c, **k: worker(c, **k)):  # fmt: skip
+            tanh_accuracy.run(Layout(Path("/x")), lambda line: None)
+        self.assertEqual([env["ATEN_CPU_CAPABILITY"] for env in envs], ["avx2"])
+        self.assertNotIn("ATEN_CPU_FLOAT_TANH", envs[0])  # not even the shell's
+        self.assertTrue(commands[0][-1].endswith(".json"))  # torch's own thread count
+
+    def test_variants_run_default_once_and_each_kernel_elsewhere(self):
+        self.assertEqual(tanh_accuracy.variants(["default", "avx2", "avx512"]), [
+            ("default", None), ("avx2", "vml"), ("avx2", "vectorized"),
+            ("avx512", "vml"), ("avx512", "vectorized"),
+        ])  # fmt: skip
+        self.assertEqual(tanh_accuracy.variant_env("default", None),
+                         {"ATEN_CPU_CAPABILITY": "default"})  # fmt: skip
+        self.assertEqual(tanh_accuracy.label("avx512", "vml"), "[avx512, ATEN_CPU_FLOAT_TANH=vml]")
+
+    def test_switched_fails_when_both_values_gave_the_same_outputs(self):
+        found = {("avx2", "vml"): {"digest": 5}, ("avx2", "vectorized"): {"digest": 5},
+                 ("avx512", "vml"): {"digest": 5}, ("avx512", "vectorized"): {"digest": 6},
+                 ("default", None): {"digest": 5}}  # fmt: skip
+        results = {r.name.rsplit("[", 1)[1]: r for r in tanh_accuracy.switched(found)}
+        self.assertEqual(set(results), {"avx2]", "avx512]"})  # default: nothing to switch
+        self.assertEqual((results["avx2]"].failed, results["avx512]"].passed), (1, 1))
+        self.assertIn("both values ran one kernel", results["avx2]"].note)
+        del found["avx512", "vml"]  # its worker failed: that result says so, not this one
+        self.assertEqual(len(tanh_accuracy.switched(found)), 1)
 
 
 if __name__ == "__main__":
