@@ -71,16 +71,16 @@ SLOW = {"PYTORCH_TEST_WITH_SLOW": "1"}  # CI's slow config: tests marked @slowTe
 # Suites that check only the public surface PR 3 adds and PR 4 keeps unchanged (names, docs,
 # fx/dynamo rules, schema parsing) run at level 4 alone, to keep the gate within CI's time.
 SUITES = (
-    Suite("test_ops", "test/test_ops.py", "attn"),
-    Suite("test_ops_gradients", "test/test_ops_gradients.py", "attn"),
-    Suite("test_ops_fwd_gradients", "test/test_ops_fwd_gradients.py", "attn"),
+    Suite("test_ops", "test/test_ops.py", "attn", levels=(3, 4, 6)),
+    Suite("test_ops_gradients", "test/test_ops_gradients.py", "attn", levels=(3, 4, 6)),
+    Suite("test_ops_fwd_gradients", "test/test_ops_fwd_gradients.py", "attn", levels=(3, 4, 6)),
     Suite("test_ops_jit", "test/test_ops_jit.py", "attn"),
     Suite("test_meta", "test/test_meta.py", "attn"),
     Suite("test_proxy_tensor", "test/test_proxy_tensor.py", "attn"),
     Suite("test_schema_check", "test/test_schema_check.py", "attn"),
-    Suite("test_decomp", "test/test_decomp.py", "attn or HasDecompTest",
+    Suite("test_decomp", "test/test_decomp.py", "attn or HasDecompTest", levels=(3, 4, 6),
           why="HasDecompTest checks every op at once: `-k attn` misses it"),
-    Suite("functorch/test_ops", "test/functorch/test_ops.py", "attn"),
+    Suite("functorch/test_ops", "test/functorch/test_ops.py", "attn", levels=(3, 4, 6)),
     Suite("functorch/test_vmap", "test/functorch/test_vmap.py", "attn"),
     Suite("functorch/test_aotdispatch", "test/functorch/test_aotdispatch.py", "attn"),
     Suite("functorch/test_vmap_registrations", "test/functorch/test_vmap_registrations.py",
@@ -118,7 +118,7 @@ SUITES = (
     Suite("test_ops_gradients (inductor)", "test/test_ops_gradients.py", "attn", levels=(4,),
           env=INDUCTOR, why="CI's inductor config; skips: no in-place variant, gradgrad works"),
     Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
-          "attn", levels=(4,)),
+          "attn", levels=(4, 6)),
     Suite("distributed/_tensor/test_matrix_ops", "test/distributed/_tensor/test_matrix_ops.py",
           "attn", levels=(4,), why="PR 4's DTensor strategies, forward and backward (gloo, CPU)"),
     Suite("test_flop_counter", "test/test_flop_counter.py", "attn", levels=(4,)),
@@ -139,6 +139,13 @@ SUITES = (
           why="OpInfo tests of tanh (and ops whose names contain it) and of attn, which calls it"),
     Suite("test_nn", "test/test_nn.py", "tanh or RNN or LSTM or GRU", levels=(5,),
           per_capability=True, why="Tanh modules and the recurrent layers (tanh inside)"),
+    # PR 6 adds attn's CPU kernel (native/cpu/AttnKernel.cpp, compiled per CPU capability,
+    # its tanh through tanh_stub): PR 2's file, whose TestAttnCPUKernel checks it against the
+    # composite, under every capability and float tanh kernel; and, once (rows above with
+    # level 6), attn's OpInfo suites, whose outputs, gradients (gradcheck's backward runs with
+    # grad mode off, so through the kernel), decomposition and inductor graphs it now computes.
+    Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", levels=(6,),
+          per_capability=True, why="TestAttnCPUKernel and every other attn test, per capability"),
 )  # fmt: skip
 
 
@@ -179,6 +186,12 @@ def bench_smoke(layout: Layout, log):
     return Result("./stack bench --quick runs", int(ok), int(not ok))
 
 
+def level_6(layout: Layout, log, tasks=()):
+    """PR 6: attn's fused CPU kernel; PR 2's file per CPU capability, attn's OpInfo suites."""
+    runnable = tanh_accuracy.supported(layout)
+    return run_all(layout, [*tasks, *suite_tasks(layout, 6, runnable)], log)
+
+
 def level_5(layout: Layout, log, tasks=()):
     """PR 5: the CPU float tanh kernel; tanh's suites and attn's, the exhaustive check, each
     per tanh variant; and that ATEN_CPU_FLOAT_TANH's two values ran two kernels."""
@@ -188,7 +201,7 @@ def level_5(layout: Layout, log, tasks=()):
     return [*results, *tanh_accuracy.skipped(runnable), *tanh_accuracy.switched(found)]
 
 
-LEVELS = {1: level_1, 2: level_2, 3: level_3, 4: level_4, 5: level_5}
+LEVELS = {1: level_1, 2: level_2, 3: level_3, 4: level_4, 5: level_5, 6: level_6}
 
 
 def run(level: int, layout: Layout, log, tasks: list[Task] = ()):

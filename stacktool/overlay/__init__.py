@@ -44,7 +44,8 @@ The modules, in the order the data flows through `build`:
     macro lists it adds entries to, with the added entries alone.
 - compile.py: what to compile (step 3). The wheel's ABI flags and upstream's warnings,
   the private support sources, build.ninja, ninja; the C++ of this package goes into the
-  libraries too: overlay_unpack.cpp and overlay_dispatch_refresh.cpp into the core one,
+  libraries too: overlay_unpack.cpp, overlay_cpublas.cpp (where the stack calls
+  cpublas::gemm) and overlay_dispatch_refresh.cpp into the core one,
   overlay_bindings_glue.cpp (the Python glue) into the extension.
 - load.py: how it loads. The manifest the loader reads, the import check of a new build,
   `install_loader`, and the refresh of the tree's generated files (step 4);
@@ -119,7 +120,7 @@ def build(
         if not ops:
             raise StackError("the stack adds C++ but no operator; the overlay build only "
                              "builds new operators")  # fmt: skip
-        texts = generate.sources(cg, ops, added_tus)
+        texts = generate.sources(cg, ops, added_tus, new_files)
         skipped_gpu += generate.gpu_registrations(cg)
         generate.sync_dir(build_dir / "src", {k: v.encode() for k, v in texts.items()})
 

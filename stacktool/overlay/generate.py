@@ -465,13 +465,17 @@ REPOINT = """// Registrations re-point the wheel's DispatchStub pointers (stackt
 """
 
 
-def sources(cg: Path, ops: list[str], added_tus: dict[str, str]) -> dict[str, str]:
+def sources(
+    cg: Path, ops: list[str], added_tus: dict[str, str], new_files: list[Path]
+) -> dict[str, str]:
     """{path under the build's src/: text}: what is compiled besides the stack's new files.
 
     The new ops' generated code (`_generated_sources`; the bindings' under bindings/), the
     translation units of `added_tus` (under added/), and this package's C++:
     overlay_unpack.cpp where the generated VariableType code calls unpack,
-    overlay_dispatch_refresh.cpp, and overlay_bindings_glue.cpp for the bindings.
+    overlay_cpublas.cpp where the stack's C++ (`new_files`, `added_tus`) calls
+    cpublas::gemm, overlay_dispatch_refresh.cpp, and overlay_bindings_glue.cpp for the
+    bindings.
     """
     core_gen, binding_gen = _generated_sources(cg, ops)
     texts = {
@@ -481,6 +485,9 @@ def sources(cg: Path, ops: list[str], added_tus: dict[str, str]) -> dict[str, st
     }
     if "autograd/VariableTypeEverything.cpp" in core_gen:  # calls unpack: see the .cpp
         texts["overlay_unpack.cpp"] = (HERE / "overlay_unpack.cpp").read_text()
+    stack_code = [*added_tus.values(), *(path.read_text() for path in new_files)]
+    if any("cpublas::gemm(" in text for text in stack_code):  # not exported: see the .cpp
+        texts["overlay_cpublas.cpp"] = (HERE / "overlay_cpublas.cpp").read_text()
     texts["overlay_dispatch_refresh.cpp"] = (HERE / "overlay_dispatch_refresh.cpp").read_text()
     texts["bindings/overlay_bindings_glue.cpp"] = (HERE / "overlay_bindings_glue.cpp").read_text()
     return texts

@@ -493,6 +493,26 @@ class SupportSourcesTest(unittest.TestCase):
                 compile._support_sources(fork, added)
 
 
+class PackageSourcesTest(unittest.TestCase):
+    def test_cpublas_shim_only_where_the_stack_calls_gemm(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cg, kernel = Path(tmp, "codegen"), Path(tmp, "AttnKernel.cpp")
+            for name in ("aten/OperatorsEverything.cpp", "aten/CompositeViewCopyKernels.cpp",
+                         *(f"autograd/{n}.cpp" for n in (
+                             "VariableTypeEverything", "TraceTypeEverything",
+                             "ADInplaceOrViewTypeEverything", "Functions", "ViewFuncs",
+                             "python_torch_functionsEverything", "python_functionsEverything",
+                             "python_return_types"))):  # fmt: skip
+                (cg / "new" / name).parent.mkdir(parents=True, exist_ok=True)
+                (cg / "new" / name).write_text("")  # no generated code for the new ops
+            kernel.write_text("void f() { cpublas::gemm(TT::Transpose, x); }\n")
+            self.assertIn("overlay_cpublas.cpp", generate.sources(cg, ["attn"], {}, [kernel]))
+            added = {"torch/csrc/autograd/FunctionsManual.cpp": "int g() { return 1; }\n"}
+            texts = generate.sources(cg, ["attn"], added, [])
+            self.assertNotIn("overlay_cpublas.cpp", texts)
+            self.assertIn("overlay_dispatch_refresh.cpp", texts)
+
+
 def with_loader(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`code` run by a fresh Python without site-packages that has imported loader.py as l."""
     prefix = (f"import sys; sys.path.insert(0, {str(Path(loader.__file__).parent)!r}); "
