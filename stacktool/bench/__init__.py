@@ -1,5 +1,6 @@
-"""`./stack bench`: native torch.attn against the composite, PR 2's Function, torch.compile and
-a floor; PR 5's CPU tanh against v2.6.0's, Sleef u10's and a plain copy.
+"""`./stack bench`: native torch.attn against the composite, PR 2's Function, torch.compile, a
+floor and the GEMMs alone, at 1 thread and at all cores; PR 5's CPU tanh against v2.6.0's,
+Sleef u10's and a plain copy.
 
 Not a test: CPU timings move from run to run, so it reports numbers and the ratios its targets
 name as measured, and exits 0 whatever they say (1 only when a worker crashed). The tool runs

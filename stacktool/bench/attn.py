@@ -1,6 +1,7 @@
-"""The attn timing worker: forward and forward+backward of every method and the floor, size
-by size, in one process (ratios are only meaningful within one), and a torch.profiler profile
-of the native op at the smallest size (full run)."""
+"""The attn timing worker: forward and forward+backward of every method, the floor and the
+GEMMs alone, size by size, at 1 thread and at all cores, in one process (ratios are only
+meaningful within one), and a torch.profiler profile of the native op at the smallest size
+(full run)."""
 
 import os
 import re
@@ -16,7 +17,9 @@ from stacktool.bench.common import (
     Settings,
     fmt_ms,
     fmt_size,
+    fmt_threads,
     say,
+    thread_counts,
     threads,
 )
 from stacktool.bench.measure import measure
@@ -84,12 +87,13 @@ def train_step(torch, fn, q, k, v, go, ga):
 
 
 def floor_step(torch, q, k, v, go, ga):
-    """The ATen calls torch.attn makes forward and backward, with nothing around them.
+    """The ATen calls of PR 4's unfused torch.attn, forward and backward, with nothing around
+    them (from PR 6 on, torch.attn no longer makes these calls).
 
     PR 4's kernel: a = mm(q, k.T); a.tanh_(); o = mm(a, v). Its attn_backward with both
     output grads and every input grad asked for: grad_v = a.T.mm(go); gx = addmm(ga, go,
     v.T) overwritten in place by tanh_backward_out(gx, gx, a); grad_q = gx.mm(k); grad_k =
-    gx.T.mm(q). No graph, no saved tensors, no engine: torch.attn does all of this and more.
+    gx.T.mm(q). No graph, no saved tensors, no engine: PR 4's torch.attn did all of this and more.
     """
     q, k, v = q.detach(), k.detach(), v.detach()
     tanh_backward = torch.ops.aten.tanh_backward.grad_input
@@ -105,6 +109,32 @@ def floor_step(torch, q, k, v, go, ga):
         torch.mm(gx.T, q)
 
     return step
+
+
+def gemms_step(torch, q, k, v, go, ga, backward: bool):
+    """The GEMMs of attn's shapes alone, each torch.mm into an output preallocated here.
+
+    Forward: a = q k^T, o = a v; backward adds gv = a^T go, gx = go v^T, gq = gx k,
+    gk = gx^T q. No tanh, no allocation, no autograd: what no implementation that calls BLAS
+    for these GEMMs can beat. `ga` is unused (the arguments are floor_step's).
+    """
+    q, k, v = q.detach(), k.detach(), v.detach()
+    n, dv = q.shape[0], v.shape[1]
+    a, o, gv, gx = torch.empty(n, n), torch.empty(n, dv), torch.empty(n, dv), torch.empty(n, n)
+    gq, gk = torch.empty_like(q), torch.empty_like(k)
+
+    def forward():
+        torch.mm(q, k.T, out=a)
+        torch.mm(a, v, out=o)
+
+    def step():
+        forward()
+        torch.mm(a.T, go, out=gv)
+        torch.mm(go, v.T, out=gx)
+        torch.mm(gx, k, out=gq)
+        torch.mm(gx.T, q, out=gk)
+
+    return step if backward else forward
 
 
 def profile(torch, fn, size, rounds: int = 5) -> dict:
@@ -142,35 +172,58 @@ def profile(torch, fn, size, rounds: int = 5) -> dict:
     }
 
 
+def size_steps(torch, methods: dict, size, counts) -> dict:
+    """{(threads, pass, method): (step, threads)} at one size, for measure(): every method,
+    the floor and the GEMMs alone at each thread count, on inputs allocated once. torch.compile
+    compiles per thread count (its C++ kernels are built for one, `cpp.threads`), at first call.
+    """
+    q, k, v, go, ga = inputs(torch, size, grad=False)
+    args = inputs(torch, size, grad=True)
+    forward = {m: (lambda fn=fn: fn(q, k, v)) for m, fn in methods.items()}
+    forward["gemms"] = gemms_step(torch, q, k, v, go, ga, backward=False)
+    both = {m: train_step(torch, fn, *args) for m, fn in methods.items()}
+    both["floor"] = floor_step(torch, *args)
+    both["gemms"] = gemms_step(torch, *args, backward=True)
+    steps = {}
+    for count in counts:
+        compiled = torch.compile(methods["composite"], options={"cpp.threads": count})
+        by_pass = {
+            FWD: {**forward, "compile": lambda fn=compiled: fn(q, k, v)},
+            FWD_BWD: {**both, "compile": train_step(torch, compiled, *args)},
+        }
+        for name, found in by_pass.items():
+            steps.update({(count, name, m): (step, count) for m, step in found.items()})
+    return steps
+
+
 def time_worker(fork: Path, settings: Settings) -> dict:
-    """Forward and forward+backward times of every method and the floor, size by size."""
+    """Forward and forward+backward times of every method, the floor and the GEMMs alone,
+    size by size, at 1 thread and at all of the machine's, interleaved in one measure()."""
     torch, methods = load_torch(fork)
     from torch.utils.benchmark import Timer
 
+    counts = thread_counts()
     load_before = os.getloadavg()[0]
     rows = []
     for size in settings.sizes:
-        say(f"timing at n, d, dv = {fmt_size(size)} (torch.compile compiles first)")
+        say(f"timing at n, d, dv = {fmt_size(size)}, "
+            f"{' and '.join(map(fmt_threads, counts))} (torch.compile compiles first)")  # fmt: skip
         torch._dynamo.reset()  # a static compile per size, as a user with fixed shapes gets
-        fns = {**methods, "compile": torch.compile(methods["composite"])}
-        q, k, v, _, _ = inputs(torch, size, grad=False)
-        steps = {(FWD, m): (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for m, fn in fns.items()}
-        args = inputs(torch, size, grad=True)
-        steps.update({(FWD_BWD, m): train_step(torch, fn, *args) for m, fn in fns.items()})
-        steps[FWD_BWD, "floor"] = floor_step(torch, *args)
-        found = measure({name: (s, threads()) for name, s in steps.items()}, settings, Timer)
-        for name in (FWD, FWD_BWD):
-            row = {m: t for (p, m), t in found.items() if p == name}
-            rows.append({
-                "size": size, "pass": name, "ms": {m: t["ms"] for m, t in row.items()},
-                "rounds_ms": {m: t["rounds_ms"] for m, t in row.items()},
-            })  # fmt: skip
-            say(f"{fmt_size(size)} {name}: "
-                + ", ".join(f"{m} {fmt_ms(t['ms'])} ms" for m, t in row.items()))  # fmt: skip
+        found = measure(size_steps(torch, methods, size, counts), settings, Timer)
+        for count in counts:
+            for name in (FWD, FWD_BWD):
+                row = {m: t for (c, p, m), t in found.items() if (c, p) == (count, name)}
+                rows.append({
+                    "size": size, "threads": count, "pass": name,
+                    "ms": {m: t["ms"] for m, t in row.items()},
+                    "rounds_ms": {m: t["rounds_ms"] for m, t in row.items()},
+                })  # fmt: skip
+                say(f"{fmt_size(size)} {name}, {fmt_threads(count)}: "
+                    + ", ".join(f"{m} {fmt_ms(t['ms'])} ms" for m, t in row.items()))  # fmt: skip
     found = {
         "torch": torch.__version__,
         "cpu": cpu_model(),
-        "threads": threads(),
+        "threads": list(counts),
         "has_native": "native" in methods,
         "load": [load_before, os.getloadavg()[0]],
         "rows": rows,

@@ -14,6 +14,7 @@ LABELS = {
     "function": "PR 2 Function",
     "compile": "torch.compile(composite)",
     "floor": "floor",
+    "gemms": "GEMMs alone",
 }
 FWD, FWD_BWD = "forward", "forward+backward"
 
@@ -36,6 +37,11 @@ def threads() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def thread_counts() -> tuple[int, ...]:
+    """The thread counts attn is timed at: 1 and all of this machine's cores."""
+    return tuple(sorted({1, threads()}))
+
+
 def say(line: str) -> None:
     """A progress line: plain, flushed, the same on a terminal and in a CI log."""
     print(f"bench: {line}", file=sys.stderr, flush=True)
@@ -51,6 +57,10 @@ def fmt_ratio(ratio: float | None) -> str:
 
 def fmt_size(size) -> str:
     return ", ".join(str(x) for x in size)
+
+
+def fmt_threads(count: int) -> str:
+    return f"{count} thread{'s' * (count > 1)}"
 
 
 def ratio(ms: dict, top: str, bottom: str) -> float | None:

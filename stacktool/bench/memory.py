@@ -19,6 +19,12 @@ MEMORY_WARM_SIZE = (256, 64, 64)
 MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 
 
+def output_mb(size) -> float:
+    """MB of attn's n x n float32 output a at this size: computed, not measured (what peak
+    memory is held to when nothing n x n but a is allocated)."""
+    return size[0] * size[0] * 4 / 2**20
+
+
 def memory_kb() -> dict[str, int]:
     status = Path("/proc/self/status").read_text()
     return {key: int(kb) for key, kb in re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M)}

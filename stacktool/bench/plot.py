@@ -1,9 +1,10 @@
-"""bench.png: composite's and torch.compile's time over native torch.attn's, per size (run by
-the plot worker, under the venv's Python, which has matplotlib)."""
+"""bench.png: composite's and torch.compile's time over native torch.attn's, per size, at the
+largest thread count timed (run by the plot worker, under the venv's Python, which has
+matplotlib)."""
 
 from pathlib import Path
 
-from stacktool.bench.common import FWD, FWD_BWD, LABELS
+from stacktool.bench.common import FWD, FWD_BWD, LABELS, fmt_threads
 from stacktool.bench.targets import TIME_TARGETS
 
 PLOTTED = ("composite", "compile")  # the ratios the targets (and the text) are about
@@ -19,10 +20,11 @@ def composite_bound(n: int, name: str) -> float | None:
 
 def ratio_series(timing: dict) -> dict:
     """{pass: sizes, {method: [its time / native's per size]}, the composite target per size}:
-    what the plot draws."""
+    what the plot draws, from the rows of the largest thread count."""
     found = {}
+    count = max(timing["threads"])
     for name in (FWD, FWD_BWD):
-        rows = [row for row in timing["rows"] if row["pass"] == name]
+        rows = [row for row in timing["rows"] if (row["pass"], row["threads"]) == (name, count)]
         series = {}
         for method in PLOTTED:
             values = [
@@ -80,5 +82,5 @@ def plot(timing: dict, png: Path) -> None:
     axes[0].set_ylabel("method's time / native torch.attn's\n(above 1.0: native is faster)")
     axes[1].legend(fontsize=8)
     fig.suptitle(f"torch.attn against the composite and torch.compile, float32, "
-                 f"{timing['threads']} threads, one run of ./stack bench")  # fmt: skip
+                 f"{fmt_threads(max(timing['threads']))}, one run of ./stack bench")  # fmt: skip
     fig.savefig(png, dpi=110, bbox_inches="tight")

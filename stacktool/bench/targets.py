@@ -4,11 +4,13 @@ the verdicts: torch.attn's time and memory targets, and the tanh table's."""
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stacktool.bench.common import FWD, FWD_BWD, fmt_ms, fmt_size, ratio
+from stacktool.bench.common import FWD, FWD_BWD, fmt_size, fmt_threads, ratio
+from stacktool.bench.memory import output_mb
 from stacktool.bench.tanh import VECTORIZED, VECTORIZED_CAPABILITIES
 
 NOT_SLOWER = 0.95  # v2.6.0's tanh time / this stack's: "none slower", within the noise here
 COPY_BOUND = 1.6  # contiguous float32 tanh at 1 thread, vectorized: at most 1.6x a copy's time
+OUTPUT = "attn output"  # the memory targets' name for output_mb (computed, not measured)
 
 
 @dataclass(frozen=True)
@@ -69,35 +71,43 @@ class Target:
         return Check(self.text(), where, ratio(values, top, bottom), self.bound, self.at_least)
 
 
-TIME_TARGETS = (
+TIME_TARGETS = (  # each at every thread count
     Target("composite", lambda n: n <= 64, 1.5, at_least=True),
     Target("composite", lambda n: n >= 512, 1.15, at_least=True),
     # never slower than torch.compile, forward and forward+backward
     Target("compile", lambda n: True, 1.0, at_least=True, passes=(FWD, FWD_BWD)),
     Target("floor", lambda n: n >= 2048, 1.10, at_least=False),  # within 10% of the floor
+    # within 5% of the GEMMs alone, forward and forward+backward
+    Target("gemms", lambda n: n >= 512, 1.05, at_least=False, passes=(FWD, FWD_BWD)),
 )
-MEMORY_TARGET = Target("composite", lambda n: True, 0.75, at_least=False)  # peak memory
+MEMORY_TARGETS = (  # peak memory at MEMORY_SIZE
+    Target("composite", lambda n: True, 0.75, at_least=False),
+    # no n x n temporary beyond the attn output itself
+    Target(OUTPUT, lambda n: True, 1.3, at_least=False),
+)
 
 
 def attn_checks(results: dict) -> list[Check]:
-    """torch.attn's targets where they apply: times by size and pass, then peak memory."""
+    """torch.attn's targets where they apply: times by size, thread count and pass, then
+    peak memory (against the composite's and against the attn output's own size)."""
     found = []
     for row in results["timing"]["rows"]:
         size = tuple(row["size"])
+        where = f"{fmt_size(size)} {row['pass']}, {fmt_threads(row['threads'])}"
         for target in TIME_TARGETS:
             if row["pass"] in target.passes and target.applies(size[0]):
-                found.append(target.check(f"{fmt_size(size)} {row['pass']}", row["ms"]))
+                found.append(target.check(where, row["ms"]))
     memory = results["memory"]
-    found.append(MEMORY_TARGET.check(f"{fmt_size(memory['size'])} peak memory", memory["mb"]))
-    return found
+    mb = {**memory["mb"], OUTPUT: output_mb(memory["size"])}
+    where = f"{fmt_size(memory['size'])} peak memory"
+    return found + [target.check(where, mb) for target in MEMORY_TARGETS]
 
 
 def tanh_row_checks(row: dict) -> dict[str, Check]:
     """The targets on one row of the tanh table, by the ratio each holds: this stack as users
     get it not slower than v2.6.0, every row; the vectorized kernel within COPY_BOUND of a
     copy, contiguous at 1 thread with AVX2 and AVX512."""
-    where = (f"tanh {row['case']}, {row['threads']} thread{'s' * (row['threads'] > 1)}, "
-             f"{row['capability']}")  # fmt: skip
+    where = f"tanh {row['case']}, {fmt_threads(row['threads'])}, {row['capability']}"
     ms = row["ms"]
     found = {"v2.6.0 / this stack": Check(f"v2.6.0 / this stack >= {NOT_SLOWER:.2f}", where,
                                           ratio(ms, "v2.6.0", "this stack"), NOT_SLOWER, True)}  # fmt: skip
@@ -117,14 +127,3 @@ def tanh_checks(tanh: dict | None) -> list[Check]:
 def checks(results: dict) -> list[Check]:
     """Every target of the run where it applies: torch.attn's, then tanh's."""
     return attn_checks(results) + tanh_checks(results.get("tanh"))
-
-
-def below_floor(results: dict) -> list[str]:
-    """Rows where native torch.attn measured faster than the floor (which it cannot be)."""
-    return [
-        f"{fmt_size(row['size'])} ({fmt_ms(row['ms']['native'])} against "
-        f"{fmt_ms(row['ms']['floor'])} ms)"
-        for row in results["timing"]["rows"]
-        if row["ms"].get("native") and row["ms"].get("floor")
-        and row["ms"]["native"] < row["ms"]["floor"]
-    ]  # fmt: skip

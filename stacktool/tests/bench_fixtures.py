@@ -9,18 +9,19 @@ def timing(rows, has_native=True):
     return {
         "torch": "2.6.0",
         "cpu": "test CPU",
-        "threads": 2,
+        "threads": [1, 2],
         "has_native": has_native,
         "load": [0.04, 1.96],
         "rows": rows,
     }
 
 
-def row(size, native, composite, compile, floor=None, function=1.0):
-    ms = {"composite": composite, "function": function, "compile": compile, "floor": floor}
+def row(size, native, composite, compile, floor=None, function=1.0, gemms=None, threads=2):
+    ms = {"composite": composite, "function": function, "compile": compile, "floor": floor,
+          "gemms": gemms}  # fmt: skip
     if native is not None:
         ms["native"] = native
-    return {"size": list(size), "pass": FWD_BWD, "ms": ms}
+    return {"size": list(size), "threads": threads, "pass": FWD_BWD, "ms": ms}
 
 
 def memory(native, composite=67.0):

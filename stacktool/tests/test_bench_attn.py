@@ -1,9 +1,13 @@
-"""The attn timing worker's floor (stacktool/bench/attn.py): the ATen calls it makes, on fakes."""
+"""The attn timing worker (stacktool/bench/attn.py) on fakes: the calls the floor and the
+GEMMs alone make, the steps per thread count, the rows it writes."""
 
+import sys
 import unittest
 from unittest import mock
 
-from stacktool.bench.attn import floor_step
+from stacktool.bench import attn
+from stacktool.bench.attn import floor_step, gemms_step
+from stacktool.bench.common import FWD, FWD_BWD, QUICK
 
 
 class Fake:
@@ -26,8 +30,8 @@ class Fake:
         self.log.append(f"{self.name}.tanh_()")
         return self
 
-    def mm(self, a, b):
-        self.log.append(f"mm({a}, {b})")
+    def mm(self, a, b, out=None):
+        self.log.append(f"mm({a}, {b})" + f" -> {out}" * (out is not None))
         return Fake(f"mm({a}, {b})", self.log)
 
 
@@ -51,6 +55,75 @@ class FloorTest(unittest.TestCase):
             f"tanh_backward(gx, {a}, grad_input=gx)",  # written into that buffer
             "mm(gx, k)", "mm(gx.T, q)",  # grad_q, grad_k
         ])  # fmt: skip
+
+
+class GemmsTest(unittest.TestCase):
+    def gemms(self, backward):
+        """The calls of one gemms_step step (called twice) and the outputs it allocated."""
+        log, allocated = [], []
+        torch = Fake("torch", log)
+        torch.empty = lambda *shape: allocated.append(shape) or Fake(f"E{len(allocated)}", log)
+        torch.empty_like = lambda t: allocated.append(t.name) or Fake(f"E{len(allocated)}", log)
+        q, k, v, go, ga = (Fake(name, log) for name in ("q", "k", "v", "go", "ga"))
+        q.shape, v.shape = (8, 3), (8, 4)
+        step = gemms_step(torch, q, k, v, go, ga, backward=backward)
+        step()
+        calls = list(log)
+        step()
+        self.assertEqual(log, calls * 2)  # nothing allocated or changed by a step
+        return calls, allocated
+
+    def test_forward_makes_the_two_gemms_into_preallocated_outputs(self):
+        calls, allocated = self.gemms(backward=False)
+        self.assertEqual(calls, ["mm(q, k.T) -> E1", "mm(E1, v) -> E2"])
+        self.assertEqual(allocated, [(8, 8), (8, 4), (8, 4), (8, 8), "q", "k"])
+
+    def test_backward_adds_the_four_gemms_of_the_gradients(self):
+        calls, _ = self.gemms(backward=True)
+        self.assertEqual(calls, [
+            "mm(q, k.T) -> E1", "mm(E1, v) -> E2",  # a, o
+            "mm(E1.T, go) -> E3",  # grad_v
+            "mm(go, v.T) -> E4",  # gx, n x n
+            "mm(E4, k) -> E5", "mm(E4.T, q) -> E6",  # grad_q, grad_k
+        ])  # fmt: skip
+
+
+class TimeWorkerTest(unittest.TestCase):
+    def test_every_step_at_each_thread_count_in_one_measure_and_a_row_per_count(self):
+        torch = mock.MagicMock(__version__="2.6.0")
+        methods = {"native": mock.Mock(), "composite": mock.Mock()}
+        measured = []
+
+        def measure(steps, settings, timer):
+            measured.append(steps)
+            return {key: {"ms": 1.0, "rounds_ms": [1.0]} for key in steps}
+
+        with (mock.patch.object(attn, "load_torch", return_value=(torch, methods)),
+              mock.patch.object(attn, "measure", measure),
+              mock.patch.object(attn, "thread_counts", return_value=(1, 2)),
+              mock.patch.dict(sys.modules, {"torch.utils.benchmark": mock.Mock()}),
+              mock.patch.object(attn, "say")):  # fmt: skip
+            found = attn.time_worker(mock.Mock(), QUICK)
+        self.assertEqual(len(measured), len(QUICK.sizes))  # one measure() per size
+        forward = {"native", "composite", "gemms", "compile"}
+        both = {"native", "composite", "floor", "gemms", "compile"}
+        self.assertEqual(
+            set(measured[0]),
+            {(c, FWD, m) for c in (1, 2) for m in forward}
+            | {(c, FWD_BWD, m) for c in (1, 2) for m in both},
+        )
+        self.assertTrue(all(key[0] == count for key, (_, count) in measured[0].items()))
+        # torch.compile compiles per size and thread count, its kernels built for that count
+        self.assertEqual([c.kwargs for c in torch.compile.call_args_list[:2]],
+                         [{"options": {"cpp.threads": 1}}, {"options": {"cpp.threads": 2}}])  # fmt: skip
+        self.assertEqual(torch.compile.call_count, 2 * len(QUICK.sizes))
+        self.assertEqual(found["threads"], [1, 2])
+        self.assertEqual(
+            [(row["size"][0], row["threads"], row["pass"]) for row in found["rows"][:4]],
+            [(2, 1, FWD), (2, 1, FWD_BWD), (2, 2, FWD), (2, 2, FWD_BWD)],
+        )
+        self.assertEqual(set(found["rows"][1]["ms"]), both)
+        self.assertNotIn("profile", found)  # the quick run profiles nothing
 
 
 if __name__ == "__main__":

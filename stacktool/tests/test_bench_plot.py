@@ -8,8 +8,9 @@ from stacktool.tests.bench_fixtures import row, timing
 
 
 class PlotTest(unittest.TestCase):
-    def test_plotted_ratios_and_composite_targets(self):
+    def test_plotted_ratios_and_composite_targets_at_the_largest_thread_count(self):
         rows = [row((64, 32, 32), 2.0, 3.0, 1.0, floor=1.5),
+                row((64, 32, 32), 2.0, 9.0, 9.0, threads=1),  # not plotted: 1 thread
                 row((512, 64, 64), 4.0, 5.0, None),
                 {**row((512, 64, 64), None, 5.0, 6.0), "pass": FWD}]  # fmt: skip
         found = ratio_series(timing(rows))

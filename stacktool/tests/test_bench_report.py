@@ -10,56 +10,91 @@ from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, tanh_
 class ReportTest(unittest.TestCase):
     def test_report_tables_sources_and_tally(self):
         rows = [
-            {"size": [2, 3, 4], "pass": FWD, "ms": {"native": 0.01, "composite": 0.0123,
-                                                           "function": 0.05, "compile": 0.04}},
-            row((2, 3, 4), native=0.1, composite=0.2, compile=0.3, floor=0.05),
+            {"size": [2, 3, 4], "threads": 1, "pass": FWD,
+             "ms": {"native": 0.01, "composite": 0.0123, "function": 0.05, "compile": 0.04,
+                    "gemms": 0.005}},
+            row((2, 3, 4), native=0.1, composite=0.2, compile=0.3, floor=0.05, gemms=0.02),
         ]  # fmt: skip
-        text = report(results(rows, memory(50.0)), QUICK)
-        self.assertIn("Each step is a `Timer` with num_threads=2", text)
+        text = report(results(rows, memory(20.0)), QUICK)
+        self.assertIn("float32, 1 and 2 threads.", text)
+        self.assertIn("Each step is a `Timer` with its thread count (num_threads: 1 and 2 "
+                      "threads)", text)  # fmt: skip
         self.assertIn("blocked_autorange(min_run_time=0.01)", text)
         self.assertIn("repeated 2 times per step", text)
         self.assertIn("the median of the quietest round", text)
         self.assertIn("load average 0.0 before timing, 2.0 after", text)
         self.assertIn("(README, section Benchmark)", text)
         self.assertNotIn("spec", text)
+        self.assertNotIn("cannot be faster than the floor", text)
+        self.assertIn("floor (forward+backward): the ATen calls of PR 4's unfused kernel and "
+                      "attn_backward, with no autograd around them", text)  # fmt: skip
+        self.assertIn("GEMMs alone: the six GEMMs of attn's shapes (two forward), each one "
+                      "at::mm into a preallocated output", text)  # fmt: skip
         self.assertIn(
-            "| n, d, dv | pass | native torch.attn | composite (eager) | PR 2 Function "
-            "| torch.compile(composite) | floor |", text)  # fmt: skip
-        self.assertIn("| 2, 3, 4 | forward | 0.01 | 0.0123 | 0.05 | 0.04 | n/a |", text)
-        self.assertIn("| 2, 3, 4 | forward+backward | 0.1 | 0.2 | 1 | 0.3 | 0.05 |", text)
-        self.assertIn("| PR 2 Function | 116.0 | 1.731 |", text)
-        self.assertIn("| compile / native >= 1.00 | 2, 3, 4 forward | 4.000 | met |", text)
+            "| n, d, dv | threads | pass | native torch.attn | composite (eager) | PR 2 Function "
+            "| torch.compile(composite) | floor | GEMMs alone |", text)  # fmt: skip
+        self.assertIn("| 2, 3, 4 | 1 | forward | 0.01 | 0.0123 | 0.05 | 0.04 | n/a | 0.005 |",
+                      text)  # fmt: skip
+        self.assertIn("| 2, 3, 4 | 2 | forward+backward | 0.1 | 0.2 | 1 | 0.3 | 0.05 | 0.02 |",
+                      text)  # fmt: skip
+        self.assertIn("| method | peak RSS growth (MB) | / composite | / attn output |", text)
+        self.assertIn("| PR 2 Function | 116.0 | 1.731 | 7.250 |", text)
+        self.assertIn("| native torch.attn | 20.0 | 0.299 | 1.250 |", text)
+        self.assertIn("attn output: the n x n float32 output a alone, 16.0 MB, computed", text)
+        self.assertIn("within 5 % of the GEMMs alone at n >= 512, forward and forward+backward",
+                      text)  # fmt: skip
+        self.assertIn("| compile / native >= 1.00 | 2, 3, 4 forward, 1 thread | 4.000 | met |",
+                      text)  # fmt: skip
+        self.assertIn("| composite / native >= 1.50 | 2, 3, 4 forward+backward, 2 threads "
+                      "| 2.000 | met |", text)  # fmt: skip
         self.assertIn(
-            "| composite / native >= 1.50 | 2, 3, 4 forward+backward | 2.000 | met |", text
+            "| native / composite <= 0.75 | 2048, 64, 64 peak memory | 0.299 | met |", text
         )
         self.assertIn(
-            "| native / composite <= 0.75 | 2048, 64, 64 peak memory | 0.746 | met |", text
+            "| native / attn output <= 1.30 | 2048, 64, 64 peak memory | 1.250 | met |", text
         )
-        self.assertTrue(text.endswith("torch.attn: 4 met, 0 not met, 0 n/a. All targets of this "
-                                      "run, tanh's included: 4 met, 0 not met, 0 n/a.\n"))  # fmt: skip
+        self.assertTrue(text.endswith("torch.attn: 5 met, 0 not met, 0 n/a. All targets of this "
+                                      "run, tanh's included: 5 met, 0 not met, 0 n/a.\n"))  # fmt: skip
         self.assertIn("(bench.png)", text)
         self.assertNotIn("does not exist", text)
         self.assertNotIn("2^32", text)  # no tanh, accuracy or profile sections in a quick run
         self.assertNotIn("torch.profiler", text)
         self.assertNotIn("Sleef", text)
 
-    def test_summary_quotes_the_targets_ratios(self):
-        rows = [row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022),
-                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0)]  # fmt: skip
+    def test_summary_quotes_the_targets_ratios_per_thread_count(self):
+        rows = [row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022, threads=1),
+                row((4096, 128, 128), 250.0, 500.0, 300.0, floor=240.0, gemms=245.0, threads=1),
+                # forward at 1 thread: 1.2x the GEMMs, not met
+                {**row((4096, 128, 128), 60.0, 80.0, 70.0, gemms=50.0, threads=1), "pass": FWD},
+                row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022),
+                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0, gemms=230.0)]  # fmt: skip
         tanh = tanh_table([
             tanh_row("default", "contiguous", 1, 13.5, 13.6, copy=1.0),
             tanh_row("avx2", "contiguous", 1, 13.5, 2.59, vectorized=1.2, copy=1.0),
             tanh_row("avx2", "rows of 17", 1, 8.65, 9.5),
         ], ["default", "avx2"])  # fmt: skip
         text = "\n".join(summary(results(rows, memory(34.9, 50.0), tanh=tanh)))
-        self.assertIn("- forward+backward, composite / native: 1.335 at 2, 3, 4; 1.310 at "
-                      "4096, 128, 128\n", text)  # fmt: skip
-        self.assertIn("- forward+backward, native / floor: 2.918 at 2, 3, 4; 1.033 at 4096, "
-                      "128, 128\n", text)  # fmt: skip
+        self.assertIn("- 1 thread, forward+backward, composite / native: 1.335 at 2, 3, 4; "
+                      "2.000 at 4096, 128, 128\n", text)  # fmt: skip
+        self.assertIn("- 2 threads, forward+backward, composite / native: 1.335 at 2, 3, 4; "
+                      "1.310 at 4096, 128, 128\n", text)  # fmt: skip
+        self.assertIn("- 2 threads, forward+backward, native / floor: 2.918 at 2, 3, 4; 1.033 "
+                      "at 4096, 128, 128\n", text)  # fmt: skip
+        self.assertIn("- 1 thread, forward+backward, native / GEMMs alone: 1.020 at 4096, 128, "
+                      "128\n", text)  # fmt: skip
+        self.assertIn("- 1 thread, forward, native / GEMMs alone: 1.200 at 4096, 128, 128\n",
+                      text)  # fmt: skip
+        self.assertIn("- 2 threads, forward, native / GEMMs alone: n/a\n", text)
         self.assertIn("- peak memory, native / composite: 0.698\n", text)
-        self.assertIn("- torch.attn's targets: 4 met, 2 not met, 0 n/a; not met: composite / "
-                      "native >= 1.50 at 2, 3, 4 forward+backward (1.335); compile / native >= "
-                      "1.00 at 4096, 128, 128 forward+backward (0.996)\n", text)  # fmt: skip
+        self.assertIn("- peak memory, native / attn output: 2.181\n", text)
+        self.assertIn("- torch.attn's targets: 10 met, 6 not met, 0 n/a; not met: composite / "
+                      "native >= 1.50 at 2, 3, 4 forward+backward, 1 thread (1.335); native / "
+                      "gemms <= 1.05 at 4096, 128, 128 forward, 1 thread (1.200); "
+                      "composite / native >= 1.50 at 2, 3, 4 forward+backward, 2 threads "
+                      "(1.335); compile / native >= 1.00 at 4096, 128, 128 forward+backward, 2 "
+                      "threads (0.996); native / gemms <= 1.05 at 4096, 128, 128 "
+                      "forward+backward, 2 threads (1.078); native / attn output <= 1.30 at "
+                      "2048, 64, 64 peak memory (2.181)\n", text)  # fmt: skip
         self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: 0.993 "
                       "default, 5.212 avx2\n", text)  # fmt: skip
         self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, vectorized / copy: 1.200 avx2\n",
@@ -68,12 +103,13 @@ class ReportTest(unittest.TestCase):
                       "avx2 (0.911 for v2.6.0 / this stack >= 0.95)\n", text)  # fmt: skip
 
     def test_report_without_native_says_so(self):
-        rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5)]
+        rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5, gemms=0.25)]
         text = report(results(rows, memory(None), has_native=False), FULL)
         self.assertIn("torch.attn does not exist in this build: n/a.", text)
-        self.assertIn("| 64, 32, 32 | forward+backward | n/a | 1 | 1 | 1.5 | 0.5 |", text)
+        self.assertIn("| 64, 32, 32 | 2 | forward+backward | n/a | 1 | 1 | 1.5 | 0.5 | 0.25 |",
+                      text)  # fmt: skip
         self.assertNotIn("native torch.attn |", text.split("| method |")[1].split("Targets")[0])
-        self.assertIn("torch.attn: 0 met, 0 not met, 3 n/a.", text)
+        self.assertIn("torch.attn: 0 met, 0 not met, 4 n/a.", text)
 
     def test_accuracy_and_profile_sections(self):
         accuracy = [
@@ -92,15 +128,6 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| tanh float32, all 2^32 inputs [avx512] | skipped |", text)
         self.assertIn("| aten::mm | 5 | 40.27 |", text)
         self.assertIn("a step took 120.0 us; the ops' self times add up to 90.0 us", text)
-
-    def test_native_faster_than_the_floor_is_said(self):
-        rows = [row((2048, 64, 64), 30.0, 40.0, 40.0, floor=30.2)]
-        text = report(results(rows, memory(10.0)), QUICK)
-        self.assertIn("native measured faster than the floor at 2048, 64, 64 (30 against 30.2 "
-                      "ms)", text)  # fmt: skip
-        rows[0]["ms"]["floor"] = 29.0
-        self.assertNotIn("measured faster than the floor", report(results(rows, memory(10.0)),
-                                                                  QUICK))  # fmt: skip
 
 
 class TanhReportTest(unittest.TestCase):

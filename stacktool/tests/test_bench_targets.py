@@ -8,41 +8,87 @@ from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, tanh_
 
 
 class ChecksTest(unittest.TestCase):
-    def test_targets_by_size(self):
-        rows = [row(s, 1.0, 2.0, 2.0, floor=1.0) for s in SIZES]
+    def test_targets_by_size_and_thread_count(self):
+        rows = [row(s, 1.0, 2.0, 2.0, floor=1.0, gemms=1.0, threads=t) for s in SIZES
+                for t in (1, 2)]  # fmt: skip
         found = targets.checks(results(rows, memory(10.0)))
+        self.assertEqual([(c.text, c.where) for c in found[:4]], [
+            ("composite / native >= 1.50", f"2, 3, 4 {FWD_BWD}, 1 thread"),
+            ("compile / native >= 1.00", f"2, 3, 4 {FWD_BWD}, 1 thread"),
+            ("composite / native >= 1.50", f"2, 3, 4 {FWD_BWD}, 2 threads"),
+            ("compile / native >= 1.00", f"2, 3, 4 {FWD_BWD}, 2 threads"),
+        ])  # fmt: skip
         self.assertEqual(
-            [(c.text.split(" ")[0], c.where.split(",")[0]) for c in found],
-            [("composite", "2"), ("compile", "2"), ("composite", "64"), ("compile", "64"),
-             ("composite", "512"), ("compile", "512"),
-             ("composite", "2048"), ("compile", "2048"), ("native", "2048"),
-             ("composite", "4096"), ("compile", "4096"), ("native", "4096"),
-             ("native", "2048")],
+            [c.text for c in found if c.where.startswith("512, 64, 64 forward+backward, 1 ")],
+            ["composite / native >= 1.15", "compile / native >= 1.00", "native / gemms <= 1.05"],
         )  # fmt: skip
-        self.assertEqual([c.bound for c in found[:6:2]], [1.5, 1.5, 1.15])
+        self.assertEqual(
+            [c.text for c in found if c.where.startswith("2048, 64, 64 forward+backward, 2 ")],
+            ["composite / native >= 1.15", "compile / native >= 1.00", "native / floor <= 1.10",
+             "native / gemms <= 1.05"],
+        )  # fmt: skip
+        # per thread count: 2 at n <= 64, 3 at 512, 4 at 2048 and 4096; then the memory two
+        self.assertEqual(len(found), 2 * (2 + 2 + 3 + 4 + 4) + 2)
+        self.assertEqual([c.where for c in found[-2:]], ["2048, 64, 64 peak memory"] * 2)
 
     def test_bounds_are_inclusive_and_directions_right(self):
         found = targets.checks(results([
             row((2, 3, 4), native=2.0, composite=3.0, compile=1.9),  # 1.50x met; 0.95x not met
-            row((512, 64, 64), native=10.0, composite=11.4, compile=10.0),  # 1.14x not met; 1.0x met
-            row((2048, 64, 64), native=21.9, composite=40.0, compile=30.0, floor=20.0),
-            row((4096, 128, 128), native=22.2, composite=40.0, compile=30.0, floor=20.0),
-        ], memory(50.0)))  # fmt: skip
+            row((512, 64, 64), native=10.0, composite=11.4, compile=10.0, gemms=9.5,
+                threads=1),  # 1.14x not met; 1.0x met; 1.0526 not met
+            row((2048, 64, 64), native=21.9, composite=40.0, compile=30.0, floor=20.0,
+                gemms=21.0),  # floor 1.095 met, gemms 1.043 met
+            row((4096, 128, 128), native=22.2, composite=40.0, compile=30.0, floor=20.0,
+                gemms=21.15),  # 1.11 not met; 1.0496 met
+        ], memory(20.8)))  # fmt: skip
         fb = FWD_BWD
         self.assertEqual(verdicts(found), [
-            ("composite / native >= 1.50", f"2, 3, 4 {fb}", "met"),
-            ("compile / native >= 1.00", f"2, 3, 4 {fb}", "not met"),
-            ("composite / native >= 1.15", f"512, 64, 64 {fb}", "not met"),
-            ("compile / native >= 1.00", f"512, 64, 64 {fb}", "met"),
-            ("composite / native >= 1.15", f"2048, 64, 64 {fb}", "met"),
-            ("compile / native >= 1.00", f"2048, 64, 64 {fb}", "met"),
-            ("native / floor <= 1.10", f"2048, 64, 64 {fb}", "met"),  # 1.095
-            ("composite / native >= 1.15", f"4096, 128, 128 {fb}", "met"),
-            ("compile / native >= 1.00", f"4096, 128, 128 {fb}", "met"),
-            ("native / floor <= 1.10", f"4096, 128, 128 {fb}", "not met"),  # 1.11
-            ("native / composite <= 0.75", "2048, 64, 64 peak memory", "met"),  # 0.746
+            ("composite / native >= 1.50", f"2, 3, 4 {fb}, 2 threads", "met"),
+            ("compile / native >= 1.00", f"2, 3, 4 {fb}, 2 threads", "not met"),
+            ("composite / native >= 1.15", f"512, 64, 64 {fb}, 1 thread", "not met"),
+            ("compile / native >= 1.00", f"512, 64, 64 {fb}, 1 thread", "met"),
+            ("native / gemms <= 1.05", f"512, 64, 64 {fb}, 1 thread", "not met"),
+            ("composite / native >= 1.15", f"2048, 64, 64 {fb}, 2 threads", "met"),
+            ("compile / native >= 1.00", f"2048, 64, 64 {fb}, 2 threads", "met"),
+            ("native / floor <= 1.10", f"2048, 64, 64 {fb}, 2 threads", "met"),
+            ("native / gemms <= 1.05", f"2048, 64, 64 {fb}, 2 threads", "met"),
+            ("composite / native >= 1.15", f"4096, 128, 128 {fb}, 2 threads", "met"),
+            ("compile / native >= 1.00", f"4096, 128, 128 {fb}, 2 threads", "met"),
+            ("native / floor <= 1.10", f"4096, 128, 128 {fb}, 2 threads", "not met"),
+            ("native / gemms <= 1.05", f"4096, 128, 128 {fb}, 2 threads", "met"),
+            ("native / composite <= 0.75", "2048, 64, 64 peak memory", "met"),  # 0.310
+            ("native / attn output <= 1.30", "2048, 64, 64 peak memory", "met"),  # 1.300
         ])  # fmt: skip
-        self.assertAlmostEqual(found[-1].ratio, 50 / 67)
+        self.assertAlmostEqual(found[-2].ratio, 20.8 / 67)
+        self.assertAlmostEqual(found[-1].ratio, 20.8 / 16)  # 2048 * 2048 * 4 bytes = 16 MB
+
+    def test_memory_over_bound_is_not_met(self):
+        found = targets.checks(results([], memory(51.0, composite=67.0)))
+        self.assertEqual(verdicts(found), [
+            ("native / composite <= 0.75", "2048, 64, 64 peak memory", "not met"),  # 0.761
+            ("native / attn output <= 1.30", "2048, 64, 64 peak memory", "not met"),  # 3.19
+        ])  # fmt: skip
+        found = targets.checks(results([], memory(35.0, composite=67.0)))  # PR 4's native
+        self.assertEqual([c.verdict for c in found], ["met", "not met"])  # 0.522; 2.19
+
+    def test_without_native_everything_is_na(self):
+        rows = [row(s, None, 2.0, 2.0, floor=1.0, gemms=1.0) for s in SIZES]
+        found = targets.checks(results(rows, memory(None), has_native=False))
+        self.assertEqual({c.verdict for c in found}, {"n/a"})
+        self.assertEqual({c.ratio for c in found}, {None})
+
+    def test_forward_rows_are_held_to_torch_compile_and_the_gemms(self):
+        forward = {**row((64, 32, 32), 1.0, 9.0, 0.9, gemms=0.5), "pass": FWD}
+        found = targets.checks(results([forward], memory(10.0)))
+        self.assertEqual(verdicts(found)[:-2],
+                         [("compile / native >= 1.00", "64, 32, 32 forward, 2 threads",
+                           "not met")])  # fmt: skip
+        forward = {**row((512, 64, 64), 1.0, 9.0, 1.0, floor=0.5, gemms=0.96), "pass": FWD}
+        found = targets.checks(results([forward], memory(10.0)))
+        self.assertEqual(verdicts(found)[:-2], [
+            ("compile / native >= 1.00", "512, 64, 64 forward, 2 threads", "met"),
+            ("native / gemms <= 1.05", "512, 64, 64 forward, 2 threads", "met"),  # 1.042
+        ])  # fmt: skip
 
     def test_ratios_shown_as_measured_and_never_rounded_into_met(self):
         def check(ratio, bound, at_least):
@@ -61,31 +107,6 @@ class ChecksTest(unittest.TestCase):
         self.assertEqual((check(None, 1.0, True).shown, check(None, 1.0, True).verdict),
                          ("n/a", "n/a"))  # fmt: skip
 
-    def test_memory_over_bound_is_not_met(self):
-        found = targets.checks(results([], memory(98.0)))
-        self.assertEqual(
-            verdicts(found), [("native / composite <= 0.75", "2048, 64, 64 peak memory", "not met")]
-        )
-
-    def test_without_native_everything_is_na(self):
-        rows = [row(s, None, 2.0, 2.0, floor=1.0) for s in SIZES]
-        found = targets.checks(results(rows, memory(None), has_native=False))
-        self.assertEqual({c.verdict for c in found}, {"n/a"})
-        self.assertEqual({c.ratio for c in found}, {None})
-
-    def test_forward_rows_are_held_to_torch_compile_only(self):
-        forward = {**row((64, 32, 32), 1.0, 9.0, 0.9), "pass": FWD}
-        found = targets.checks(results([forward], memory(10.0)))
-        self.assertEqual(verdicts(found)[0],
-                         ("compile / native >= 1.00", "64, 32, 32 forward", "not met"))  # fmt: skip
-        self.assertEqual(len(found), 2)
-
-    def test_native_faster_than_the_floor_is_named(self):
-        rows = [row((2048, 64, 64), 30.0, 40.0, 40.0, floor=30.2),
-                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0)]  # fmt: skip
-        self.assertEqual(targets.below_floor(results(rows, memory(10.0))),
-                         ["2048, 64, 64 (30 against 30.2 ms)"])  # fmt: skip
-
 
 class TanhChecksTest(unittest.TestCase):
     def test_not_slower_everywhere_and_the_copy_bound_for_contiguous_at_one_thread(self):
@@ -97,7 +118,7 @@ class TanhChecksTest(unittest.TestCase):
             tanh_row("avx512", "contiguous", 1, 1.44, 1.43, vectorized=2.1, copy=1.3),  # 1.615
             tanh_row("avx512", "f16 inner stride 2", 1, 10.7, 27.5),
         ])  # fmt: skip
-        found = targets.checks(results([], memory(10.0), tanh=tanh))[1:]
+        found = targets.checks(results([], memory(10.0), tanh=tanh))[2:]
         self.assertEqual(verdicts(found), [
             ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, default", "met"),
             ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, avx2", "met"),

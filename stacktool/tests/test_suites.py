@@ -57,11 +57,22 @@ class SuiteTableTest(unittest.TestCase):
     """The table's own rules: each choice that is not plain `-k attn` says why, in one line."""
 
     def test_names_unique_and_levels_known(self):
-        for level in (3, 4, 5):
+        for level in (3, 4, 5, 6):
             names = [s.name for s in SUITES if level in s.levels]
             self.assertEqual(len(names), len(set(names)))
         for suite in SUITES:
-            self.assertTrue(suite.levels and set(suite.levels) <= {3, 4, 5}, suite.name)
+            self.assertTrue(suite.levels and set(suite.levels) <= {3, 4, 5, 6}, suite.name)
+
+    def test_level_6_runs_pr_2s_file_per_capability_and_the_opinfo_suites_once(self):
+        tasks = levels.suite_tasks(Layout(Path("/x")), 6, ["default", "avx2"])
+        names = [t.name for t in tasks]
+        self.assertEqual([n for n in names if n.startswith("test_attn_gradcheck")], [
+            "test_attn_gradcheck [default]",
+            "test_attn_gradcheck [avx2, ATEN_CPU_FLOAT_TANH=vml]",
+            "test_attn_gradcheck [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
+        ])  # fmt: skip
+        self.assertIn("test_ops", names)
+        self.assertIn("inductor/test_torchinductor_opinfo", names)
 
     def test_level_5_runs_each_suite_per_capability_and_float_tanh_kernel(self):
         tasks = levels.suite_tasks(Layout(Path("/x")), 5, ["default", "avx2"])
