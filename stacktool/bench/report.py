@@ -30,18 +30,11 @@ from stacktool.bench.targets import (
 
 # How to read the profile at n = 2 (its figures come from the run; this names the parts).
 PROFILE_READING = (
-    "At this size no arithmetic shows: every row is a fixed cost per call. What the native op "
-    "already saves over the composite is three autograd nodes of four (one AttnBackward0, "
-    "one saved-tensor set). What is left: the six GEMMs as six at::mm / at::addmm calls, each "
-    "a dispatcher round trip plus BLAS's own setup (aten::mm, aten::addmm); the transposed "
-    "operands as view ops (aten::t, aten::transpose, aten::as_strided); the TensorIterator "
-    "set-up of tanh_ and tanh_backward; and the engine's work per step, which every method "
-    "pays alike (autograd::engine::evaluate_function, GraphRoot, one AccumulateGrad per "
-    "input). Output tensors are allocated inside the structured mm kernels, so allocation "
-    "does not show as an op of its own. Removing more would take a second GEMM "
-    "implementation for tiny shapes inside the kernel (loops in place of at::mm, no views), "
-    "which duplicates BLAS and is not upstream's way; the engine's share can only go with "
-    "autograd itself (e.g. compiled autograd)."
+    "At this size no arithmetic shows: every row is a fixed cost per call: dispatcher round "
+    "trips, allocations, TensorIterator set-ups, BLAS's own set-up, and the engine's work per "
+    "step, which every method pays alike (autograd::engine::evaluate_function, GraphRoot, one "
+    "AccumulateGrad per input). Which aten ops appear depends on the build: PR 4's kernel "
+    "makes eight ATen calls per step, PR 6's CPU kernel none for its GEMMs and tanh_backward."
 )
 
 
