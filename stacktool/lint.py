@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 from stacktool import venv, wheel
-from stacktool.config import Layout
+from stacktool.config import BASE_REF, Layout
 from stacktool.git import git
 from stacktool.suites import Processes, Result, Task
 
@@ -120,7 +120,7 @@ def run(
             noise = ("lintrunner init", ".lintrunner.private.toml")
             why = [line for line in proc.stderr.splitlines() if not any(n in line for n in noise)]
             failures.append(f"{linter}: lintrunner failed: " + "\n".join(why[-20:]) + "\n")
-    added = files(layout.fork, base, tip, only="A")
+    added = not_upstream(layout.fork, paths)
     extra = test_owners(layout.fork, paths) + new_cpp_formatted(layout.fork, added, lint_venv)
     for m in messages:
         m["path"] = m.get("path") and str(Path(layout.fork, m["path"]).relative_to(layout.fork))
@@ -182,8 +182,15 @@ def test_owners(fork: Path, paths: list[str]) -> list[str]:
     return findings
 
 
+def not_upstream(fork: Path, paths: list[str]) -> list[str]:
+    """The paths pristine upstream (BASE_REF) lacks: files the stack adds, whichever commit
+    added them (`--changed` lints them long after it, from the last export's tag)."""
+    upstream = git(fork, "ls-tree", "-r", "--name-only", BASE_REF, "--", *paths) if paths else ""
+    return [path for path in paths if path not in set(upstream.split())]
+
+
 def new_cpp_formatted(fork: Path, added: list[str], lint_venv: Path) -> list[str]:
-    """clang-format findings in the C++ files the stack adds (`added`).
+    """clang-format findings in the C++ files the stack adds (`added`, see `not_upstream`).
 
     Upstream's CLANGFORMAT entry covers only some folders (not aten/src/ATen/native), but a
     new file has no history to keep: it is held to the fork's .clang-format wherever it is.

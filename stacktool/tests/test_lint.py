@@ -57,6 +57,8 @@ class LintTest(unittest.TestCase):
             LINTRUNNER.format(calls=str(self.calls), fork=str(self.fork))
         )
         (venv / "dmypy").write_text("#!/bin/sh\n")
+        # A stand-in for clang-format --dry-run --Werror PATH: fails where PATH says so.
+        (venv / "clang-format").write_text('#!/bin/sh\n! grep -q unformatted "$3"\n')
         for tool in venv.iterdir():
             tool.chmod(0o755)
         patcher = mock.patch.object(lint, "ensure", return_value=venv.parent)
@@ -101,6 +103,16 @@ class LintTest(unittest.TestCase):
             result, logged, out, calls = self.lint(self.layout, "HEAD~1", "HEAD")
         self.assertEqual((result.passed, result.failed), (1, 0))
         self.assertEqual(logged[-1], "lint: no findings in 1 files")
+
+    def test_a_new_cpp_file_is_formatted_whichever_commit_added_it(self):
+        (self.fork / "kernel.cpp").write_text("int f();\n")
+        self.commit("level 2 adds kernel.cpp")
+        git(self.fork, "tag", "attn/2")
+        (self.fork / "kernel.cpp").write_text("int f();  // unformatted\n")
+        # --changed: from the last export's tag, where kernel.cpp is modified, not added
+        result, logged, out, calls = self.lint(self.layout, "attn/2", None)
+        self.assertIn("CLANGFORMAT kernel.cpp: not clang-formatted", out)
+        self.assertEqual((result.passed, result.failed), (0, 1))
 
 
 if __name__ == "__main__":
