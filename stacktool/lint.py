@@ -76,13 +76,13 @@ def ensure(layout: Layout) -> Path:
     return lint_venv
 
 
-def files(fork: Path, base: str, tip: str | None, only: str = "d") -> list[str]:
-    """Files changed from `base` to `tip` (`git diff --diff-filter=only`; "d": not deleted).
+def files(fork: Path, base: str, tip: str | None) -> list[str]:
+    """Files changed from `base` to `tip`, not deleted (`git diff --diff-filter=d`).
 
     tip None: to the working tree, with untracked files (not ignored) counted as added.
     """
-    found = git(fork, "diff", "--name-only", f"--diff-filter={only}", base, *([tip] if tip else []))
-    if tip is None and ("A" in only or "d" in only):
+    found = git(fork, "diff", "--name-only", "--diff-filter=d", base, *([tip] if tip else []))
+    if tip is None:
         found += git(fork, "ls-files", "--others", "--exclude-standard")
     return sorted(set(found.split()))
 
