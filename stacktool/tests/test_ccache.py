@@ -102,6 +102,32 @@ class NinjaFileTest(unittest.TestCase):
         self.assertFalse([line for line in compiling if "level-4" in line])
 
 
+    def test_openmp_as_the_wheel_builds_and_links_it(self):
+        # at::parallel_for is inline (ATen/ParallelOpenMP.h): without -fopenmp its pragma is
+        # ignored and a kernel's parallel_for runs on one thread. Both libraries link the
+        # OpenMP runtime the wheel bundles, where it bundles one.
+        root = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, root)
+        fork, build = root / "pytorch", root / "overlay"
+        (fork / "torch/lib").mkdir(parents=True)
+
+        def flags():
+            lines = compile._ninja_file(fork, build, "/usr/include", root / ".venv/include",
+                                        ".so", [], [build / "src/b.cpp"], [])  # fmt: skip
+            lines = lines.splitlines()
+            return ([line for line in lines if line.startswith("cxxflags")],
+                    [line for line in lines if line.startswith("  ldflags")])  # fmt: skip
+
+        cxxflags, ldflags = flags()
+        self.assertIn("-fopenmp", cxxflags[0].split())
+        self.assertEqual(len(ldflags), 2)
+        self.assertTrue(all("-lgomp" in line.split() for line in ldflags), ldflags)
+        (fork / "torch/lib/libgomp-a34b3233.so.1").write_bytes(b"")
+        _, ldflags = flags()
+        self.assertTrue(all("-l:libgomp-a34b3233.so.1" in line.split() for line in ldflags),
+                        ldflags)  # fmt: skip
+
+
 @unittest.skipUnless(ccache.find() and shutil.which("c++") and NINJA, "needs ccache, c++, ninja")
 class CrossTreeHitTest(unittest.TestCase):
     def test_a_tu_compiled_in_one_tree_is_a_hit_in_another(self):
