@@ -32,6 +32,12 @@ FORK_LINK = "fork"  # in the build folder: the tree it builds, for paths that na
 CXXFLAGS = ("-std=c++17 -fPIC -O2 -DNDEBUG -D_GLIBCXX_USE_CXX11_ABI=0 -fabi-version=11 "
             "-fvisibility-inlines-hidden -fvisibility=hidden -fno-math-errno "
             "-fno-trapping-math -DAT_PER_OPERATOR_HEADERS -DUSE_PTHREADPOOL -fopenmp")  # fmt: skip
+# -fopenmp above: the wheel's ATen parallel backend is OpenMP (torch.__config__.parallel_info())
+# and upstream's CMake compiles libtorch_cpu with OpenMP's flags (caffe2::openmp), so that
+# at::parallel_for, inline in ATen/ParallelOpenMP.h, opens a parallel region in every TU;
+# without them the pragma is ignored and a kernel's parallel_for runs on one thread. The
+# libraries link the OpenMP runtime the wheel bundles (torch/lib/libgomp-<hash>.so.1, which
+# libtorch_cpu needs): one runtime in the process. A torch without one uses the system's.
 # Warnings as upstream's CMake build sets them for libtorch_cpu.
 WARNINGS = ("-Wall -Wextra -Werror=return-type -Werror=non-virtual-dtor -Wno-unused-parameter "
             "-Wno-missing-field-initializers -Wno-type-limits -Wno-array-bounds "
@@ -41,12 +47,6 @@ WARNINGS = ("-Wall -Wextra -Werror=return-type -Werror=non-virtual-dtor -Wno-unu
 # without TORCH_API), needed by stack code in the directory they are keyed by (e.g. a batch
 # rule calls moveBatchDimToFront). They hold no registrations or static state (checked),
 # are compiled whole into a static archive and linked with --exclude-libs: private copies.
-# -fopenmp above: the wheel's ATen parallel backend is OpenMP (torch.__config__.parallel_info())
-# and upstream's CMake compiles libtorch_cpu with OpenMP's flags (caffe2::openmp), so that
-# at::parallel_for, inline in ATen/ParallelOpenMP.h, opens a parallel region in every TU;
-# without them the pragma is ignored and a kernel's parallel_for runs on one thread. The
-# libraries link the OpenMP runtime the wheel bundles (torch/lib/libgomp-<hash>.so.1, which
-# libtorch_cpu needs): one runtime in the process. A torch without one uses the system's.
 SUPPORT_SOURCES = {
     "aten/src/ATen/functorch/": ("aten/src/ATen/functorch/BatchRulesHelper.cpp",
                                  "aten/src/ATen/functorch/PlumbingHelper.cpp"),

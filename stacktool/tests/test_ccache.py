@@ -101,7 +101,6 @@ class NinjaFileTest(unittest.TestCase):
         compiling = [line for line in lines if "ldflags" not in line]
         self.assertFalse([line for line in compiling if "level-4" in line])
 
-
     def test_openmp_as_the_wheel_builds_and_links_it(self):
         # at::parallel_for is inline (ATen/ParallelOpenMP.h): without -fopenmp its pragma is
         # ignored and a kernel's parallel_for runs on one thread. Both libraries link the
