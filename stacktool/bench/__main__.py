@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from stacktool.bench.attn import time_worker
-from stacktool.bench.common import FULL, METHODS, QUICK
-from stacktool.bench.memory import memory_worker
+from stacktool.bench.common import FULL, QUICK
+from stacktool.bench.memory import MEMORY_METHODS, memory_worker
 from stacktool.bench.plot import plot
 from stacktool.bench.tanh import tanh_worker
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     p = commands.add_parser("memory")
     p.add_argument("out", type=Path)
     p.add_argument("fork", type=Path)
-    p.add_argument("--method", choices=METHODS, required=True)
+    p.add_argument("--method", choices=MEMORY_METHODS, required=True)
     p = commands.add_parser("tanh")
     p.add_argument("out", type=Path)
     p.add_argument("--sleef", type=Path, metavar="BUILD_DIR", help="also time Sleef u10")

@@ -14,6 +14,7 @@ LABELS = {
     "function": "PR 2 Function",
     "compile": "torch.compile(composite)",
     "floor": "floor",
+    "unfused": "PR 4's unfused path",
     "gemms": "GEMMs alone",
 }
 FWD, FWD_BWD = "forward", "forward+backward"

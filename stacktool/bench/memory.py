@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from stacktool.bench.attn import inputs, load_torch, train_step
+from stacktool.bench.common import METHODS
 
 MEMORY_SIZE = (2048, 64, 64)
 # Warm-up before the memory reading: large enough that MKL's GEMM buffers and autograd's
@@ -17,6 +18,10 @@ MEMORY_WARM_SIZE = (256, 64, 64)
 # buffers from run to run. A fixed threshold mmaps every large tensor and unmaps it on free,
 # so the growth is the peak of live tensor memory, the same in every run.
 MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+# "unfused": native torch.attn at float32 matmul precision "high", where PR 6's kernel steps
+# aside for float (attn_uses_cpu_kernel in Attn.cpp) and PR 4's unfused kernel and derivative
+# run; v2.6.0's CPU mm is the same at "high" as at "highest" (only "medium" changes it).
+MEMORY_METHODS = (*METHODS, "unfused")
 
 
 def output_mb(size) -> float:
@@ -37,10 +42,12 @@ def memory_worker(fork: Path, method: str) -> dict:
     measured size and no compilation happens inside the measurement.
     """
     torch, methods = load_torch(fork, with_function=method == "function")
+    if method == "unfused":
+        torch.set_float32_matmul_precision("high")
     fn = (
         torch.compile(methods["composite"], dynamic=True)
         if method == "compile"
-        else methods[method]
+        else methods["native" if method == "unfused" else method]
     )
     train_step(torch, fn, *inputs(torch, MEMORY_WARM_SIZE, grad=True))()
     torch._dynamo.config.error_on_recompile = True  # a compile would be counted as the step's

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from stacktool import tanh_accuracy
 from stacktool.bench.attn import PROFILE_ENV
-from stacktool.bench.common import FULL, LABELS, METHODS, QUICK, fmt_size, say
-from stacktool.bench.memory import MEMORY_ENV, MEMORY_SIZE
+from stacktool.bench.common import FULL, LABELS, QUICK, fmt_size, say
+from stacktool.bench.memory import MEMORY_ENV, MEMORY_METHODS, MEMORY_SIZE
 from stacktool.bench.report import report
 from stacktool.bench.tanh import tanh_speed
 from stacktool.bench.workers import spawn, worker
 from stacktool.config import Layout
 
-QUICK_MEMORY_METHODS = ("native", "composite")  # what the memory target compares
+QUICK_MEMORY_METHODS = ("native", "composite", "unfused")  # what the memory targets compare
 
 
 def run(layout: Layout, out_dir: Path, quick: bool) -> int:
@@ -36,8 +36,8 @@ def run(layout: Layout, out_dir: Path, quick: bool) -> int:
     if timing is None:
         return 1
     mb = {}
-    for method in QUICK_MEMORY_METHODS if quick else METHODS:
-        if method == "native" and not timing["has_native"]:
+    for method in QUICK_MEMORY_METHODS if quick else MEMORY_METHODS:
+        if method in ("native", "unfused") and not timing["has_native"]:
             continue
         log(f"peak memory: {LABELS[method]} (a fresh process)")
         found = worker(layout, "memory", str(layout.fork), "--method", method, env=MEMORY_ENV)

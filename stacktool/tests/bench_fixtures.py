@@ -24,8 +24,8 @@ def row(size, native, composite, compile, floor=None, function=1.0, gemms=None, 
     return {"size": list(size), "threads": threads, "pass": FWD_BWD, "ms": ms}
 
 
-def memory(native, composite=67.0):
-    mb = {"composite": composite, "function": 116.0, "compile": 40.0}
+def memory(native, composite=67.0, unfused=60.0):
+    mb = {"composite": composite, "function": 116.0, "compile": 40.0, "unfused": unfused}
     if native is not None:
         mb["native"] = native
     return {"size": list(MEMORY_SIZE), "mb": mb}

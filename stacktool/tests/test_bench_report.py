@@ -50,11 +50,15 @@ class ReportTest(unittest.TestCase):
         self.assertIn(
             "| native / composite <= 0.75 | 2048, 64, 64 peak memory | 0.299 | met |", text
         )
+        self.assertIn("| native / unfused <= 0.60 | 2048, 64, 64 peak memory | 0.333 | met |", text)
         self.assertIn(
             "| native / attn output <= 1.30 | 2048, 64, 64 peak memory | 1.250 | met |", text
         )
-        self.assertTrue(text.endswith("torch.attn: 5 met, 0 not met, 0 n/a. All targets of this "
-                                      "run, tanh's included: 5 met, 0 not met, 0 n/a.\n"))  # fmt: skip
+        self.assertIn("| PR 4's unfused path | 60.0 | 0.896 | 3.750 |", text)
+        self.assertIn("PR 4's unfused path: native torch.attn at float32 matmul precision "
+                      '"high", where PR 6\'s kernel steps aside', text)  # fmt: skip
+        self.assertTrue(text.endswith("torch.attn: 6 met, 0 not met, 0 n/a. All targets of this "
+                                      "run, tanh's included: 6 met, 0 not met, 0 n/a.\n"))  # fmt: skip
         self.assertIn("(bench.png)", text)
         self.assertNotIn("does not exist", text)
         self.assertNotIn("2^32", text)  # no tanh, accuracy or profile sections in a quick run
@@ -86,8 +90,9 @@ class ReportTest(unittest.TestCase):
                       text)  # fmt: skip
         self.assertIn("- 2 threads, forward, native / GEMMs alone: n/a\n", text)
         self.assertIn("- peak memory, native / composite: 0.698\n", text)
+        self.assertIn("- peak memory, native / PR 4's unfused path: 0.582\n", text)
         self.assertIn("- peak memory, native / attn output: 2.181\n", text)
-        self.assertIn("- torch.attn's targets: 10 met, 6 not met, 0 n/a; not met: composite / "
+        self.assertIn("- torch.attn's targets: 11 met, 6 not met, 0 n/a; not met: composite / "
                       "native >= 1.50 at 2, 3, 4 forward+backward, 1 thread (1.335); native / "
                       "gemms <= 1.05 at 4096, 128, 128 forward, 1 thread (1.200); "
                       "composite / native >= 1.50 at 2, 3, 4 forward+backward, 2 threads "
@@ -109,7 +114,7 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| 64, 32, 32 | 2 | forward+backward | n/a | 1 | 1 | 1.5 | 0.5 | 0.25 |",
                       text)  # fmt: skip
         self.assertNotIn("native torch.attn |", text.split("| method |")[1].split("Targets")[0])
-        self.assertIn("torch.attn: 0 met, 0 not met, 4 n/a.", text)
+        self.assertIn("torch.attn: 0 met, 0 not met, 5 n/a.", text)
 
     def test_accuracy_and_profile_sections(self):
         accuracy = [

@@ -68,12 +68,14 @@ class RunTest(unittest.TestCase):
 
     def test_quick_run_names_each_phase(self):
         spawned, phases, _ = self.run_bench(quick=True)
-        self.assertEqual([name for name, _, _ in spawned], ["timing", "memory", "memory", "plot"])
+        self.assertEqual([name for name, _, _ in spawned], ["timing", "memory", "memory", "memory",
+                                                         "plot"])  # fmt: skip
         self.assertEqual(phases, [
             "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
             "(one process)",
             "peak memory: native torch.attn (a fresh process)",
             "peak memory: composite (eager) (a fresh process)",
+            "peak memory: PR 4's unfused path (a fresh process)",
         ])  # fmt: skip
 
     def test_full_run_times_tanh_per_capability_and_checks_accuracy(self):
@@ -97,7 +99,7 @@ class RunTest(unittest.TestCase):
             "tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)",
             "tanh float32, all 2^32 inputs [avx2]: max 1 ULP",
         ])  # fmt: skip
-        self.assertEqual(len([p for p in phases if p.startswith("peak memory")]), 4)
+        self.assertEqual(len([p for p in phases if p.startswith("peak memory")]), 5)
         self.assertIn("| avx2 | contiguous | 1 | 2 | 2 | 1 | 1 | 1 | 2.000 | 2.000 | 1.000 "
                       "| 1.000 |", report)  # fmt: skip
         self.assertIn("; avx512: skipped, this CPU lacks it.", report)

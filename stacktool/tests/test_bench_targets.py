@@ -27,9 +27,9 @@ class ChecksTest(unittest.TestCase):
             ["composite / native >= 1.15", "compile / native >= 1.00", "native / floor <= 1.10",
              "native / gemms <= 1.05"],
         )  # fmt: skip
-        # per thread count: 2 at n <= 64, 3 at 512, 4 at 2048 and 4096; then the memory two
-        self.assertEqual(len(found), 2 * (2 + 2 + 3 + 4 + 4) + 2)
-        self.assertEqual([c.where for c in found[-2:]], ["2048, 64, 64 peak memory"] * 2)
+        # per thread count: 2 at n <= 64, 3 at 512, 4 at 2048 and 4096; then the memory three
+        self.assertEqual(len(found), 2 * (2 + 2 + 3 + 4 + 4) + 3)
+        self.assertEqual([c.where for c in found[-3:]], ["2048, 64, 64 peak memory"] * 3)
 
     def test_bounds_are_inclusive_and_directions_right(self):
         found = targets.checks(results([
@@ -40,7 +40,7 @@ class ChecksTest(unittest.TestCase):
                 gemms=21.0),  # floor 1.095 met, gemms 1.043 met
             row((4096, 128, 128), native=22.2, composite=40.0, compile=30.0, floor=20.0,
                 gemms=21.15),  # 1.11 not met; 1.0496 met
-        ], memory(20.8)))  # fmt: skip
+        ], memory(20.8, unfused=34.7)))  # fmt: skip
         fb = FWD_BWD
         self.assertEqual(verdicts(found), [
             ("composite / native >= 1.50", f"2, 3, 4 {fb}, 2 threads", "met"),
@@ -57,19 +57,23 @@ class ChecksTest(unittest.TestCase):
             ("native / floor <= 1.10", f"4096, 128, 128 {fb}, 2 threads", "not met"),
             ("native / gemms <= 1.05", f"4096, 128, 128 {fb}, 2 threads", "met"),
             ("native / composite <= 0.75", "2048, 64, 64 peak memory", "met"),  # 0.310
+            ("native / unfused <= 0.60", "2048, 64, 64 peak memory", "met"),  # 0.599
             ("native / attn output <= 1.30", "2048, 64, 64 peak memory", "met"),  # 1.300
         ])  # fmt: skip
-        self.assertAlmostEqual(found[-2].ratio, 20.8 / 67)
+        self.assertAlmostEqual(found[-3].ratio, 20.8 / 67)
+        self.assertAlmostEqual(found[-2].ratio, 20.8 / 34.7)
         self.assertAlmostEqual(found[-1].ratio, 20.8 / 16)  # 2048 * 2048 * 4 bytes = 16 MB
 
     def test_memory_over_bound_is_not_met(self):
         found = targets.checks(results([], memory(51.0, composite=67.0)))
         self.assertEqual(verdicts(found), [
             ("native / composite <= 0.75", "2048, 64, 64 peak memory", "not met"),  # 0.761
+            ("native / unfused <= 0.60", "2048, 64, 64 peak memory", "not met"),  # 0.850
             ("native / attn output <= 1.30", "2048, 64, 64 peak memory", "not met"),  # 3.19
         ])  # fmt: skip
-        found = targets.checks(results([], memory(35.0, composite=67.0)))  # PR 4's native
-        self.assertEqual([c.verdict for c in found], ["met", "not met"])  # 0.522; 2.19
+        # PR 4's own peak, as its unfused path
+        found = targets.checks(results([], memory(35.0, composite=67.0, unfused=35.0)))
+        self.assertEqual([c.verdict for c in found], ["met", "not met", "not met"])
 
     def test_without_native_everything_is_na(self):
         rows = [row(s, None, 2.0, 2.0, floor=1.0, gemms=1.0) for s in SIZES]
@@ -80,12 +84,12 @@ class ChecksTest(unittest.TestCase):
     def test_forward_rows_are_held_to_torch_compile_and_the_gemms(self):
         forward = {**row((64, 32, 32), 1.0, 9.0, 0.9, gemms=0.5), "pass": FWD}
         found = targets.checks(results([forward], memory(10.0)))
-        self.assertEqual(verdicts(found)[:-2],
+        self.assertEqual(verdicts(found)[:-3],
                          [("compile / native >= 1.00", "64, 32, 32 forward, 2 threads",
                            "not met")])  # fmt: skip
         forward = {**row((512, 64, 64), 1.0, 9.0, 1.0, floor=0.5, gemms=0.96), "pass": FWD}
         found = targets.checks(results([forward], memory(10.0)))
-        self.assertEqual(verdicts(found)[:-2], [
+        self.assertEqual(verdicts(found)[:-3], [
             ("compile / native >= 1.00", "512, 64, 64 forward, 2 threads", "met"),
             ("native / gemms <= 1.05", "512, 64, 64 forward, 2 threads", "met"),  # 1.042
         ])  # fmt: skip
@@ -118,7 +122,7 @@ class TanhChecksTest(unittest.TestCase):
             tanh_row("avx512", "contiguous", 1, 1.44, 1.43, vectorized=2.1, copy=1.3),  # 1.615
             tanh_row("avx512", "f16 inner stride 2", 1, 10.7, 27.5),
         ])  # fmt: skip
-        found = targets.checks(results([], memory(10.0), tanh=tanh))[2:]
+        found = targets.checks(results([], memory(10.0), tanh=tanh))[3:]
         self.assertEqual(verdicts(found), [
             ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, default", "met"),
             ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, avx2", "met"),
