@@ -1,0 +1,53 @@
+"""The peak-memory worker (stacktool/bench/memory.py) on fakes: which function each method
+steps, and at which float32 matmul precision."""
+
+import json
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+from stacktool.bench import __main__ as bench_main
+from stacktool.bench import memory
+
+
+class MemoryWorkerTest(unittest.TestCase):
+    def steps(self, method: str) -> tuple[list[str], dict]:
+        """What memory_worker(method) did, in order, and what it returned."""
+        log = []
+        torch = mock.Mock()
+        torch.set_float32_matmul_precision.side_effect = lambda p: log.append(f"precision {p}")
+        methods = {"native": "torch.attn", "composite": "composite"}
+
+        def train_step(torch, fn, *args):
+            return lambda: log.append(f"step {fn}")
+
+        with (mock.patch.object(memory, "load_torch", return_value=(torch, methods)),
+              mock.patch.object(memory, "inputs", return_value=()),
+              mock.patch.object(memory, "train_step", train_step)):  # fmt: skip
+            found = memory.memory_worker(Path("/nonexistent"), method)
+        return log, found
+
+    def test_unfused_is_native_torch_attn_at_high_precision(self):
+        log, found = self.steps("unfused")
+        # set before the warm-up: PR 6's kernel reads it at each call
+        self.assertEqual(log, ["precision high", "step torch.attn", "step torch.attn"])
+        self.assertEqual(found["method"], "unfused")
+
+    def test_native_keeps_the_default_precision(self):
+        log, found = self.steps("native")
+        self.assertEqual(log, ["step torch.attn", "step torch.attn"])
+        self.assertEqual(found["method"], "native")
+
+    def test_the_workers_entry_point_takes_unfused(self):
+        worker = mock.Mock(return_value={"method": "unfused", "mb": 1.0})
+        with (tempfile.TemporaryDirectory() as tmp,
+              mock.patch.object(bench_main, "memory_worker", worker)):  # fmt: skip
+            out = Path(tmp) / "out.json"
+            bench_main.main(["memory", str(out), "/fork", "--method", "unfused"])
+            self.assertEqual(json.loads(out.read_text()), {"method": "unfused", "mb": 1.0})
+        worker.assert_called_once_with(Path("/fork"), "unfused")
+
+
+if __name__ == "__main__":
+    unittest.main()
