@@ -81,8 +81,9 @@ SUITES = (
     Suite("test_decomp", "test/test_decomp.py", "attn or HasDecompTest", levels=(3, 4, 6),
           why="HasDecompTest checks every op at once: `-k attn` misses it"),
     Suite("functorch/test_ops", "test/functorch/test_ops.py", "attn", levels=(3, 4, 6)),
-    Suite("functorch/test_vmap", "test/functorch/test_vmap.py", "attn"),
-    Suite("functorch/test_aotdispatch", "test/functorch/test_aotdispatch.py", "attn"),
+    Suite("functorch/test_vmap", "test/functorch/test_vmap.py", "attn", levels=(3, 4, 6)),
+    Suite("functorch/test_aotdispatch", "test/functorch/test_aotdispatch.py", "attn",
+          levels=(3, 4, 6)),
     Suite("functorch/test_vmap_registrations", "test/functorch/test_vmap_registrations.py",
           why="whole file: at PR 4 attn leaves the decomposition list; `-k attn` selects nothing"),
     Suite("test_overrides", "test/test_overrides.py",
@@ -103,10 +104,11 @@ SUITES = (
     Suite("test_torch doc/dir", "test/test_torch.py", "test_doc or test_dir", levels=(4,),
           why="docstring coverage and dir(torch) of the new binding"),
     Suite("test_fake_tensor", "test/test_fake_tensor.py", "FakeTensorOperatorInvariants",
+          levels=(3, 4, 6),
           why="every op's schema invariants; skips: 4 need CUDA or SDPA, 2 upstream xfails"),
-    Suite("test_function_schema", "test/test_function_schema.py", levels=(4,),
+    Suite("test_function_schema", "test/test_function_schema.py", levels=(4, 6),
           why="whole file: it parses and round-trips every registered schema at once"),
-    Suite("test_dispatch", "test/test_dispatch.py", "test_all_invariants",
+    Suite("test_dispatch", "test/test_dispatch.py", "test_all_invariants", levels=(3, 4, 6),
           why="every op's dispatch table; the file's other tests use made-up ops (32 passed whole)"),
     Suite("test_jit_fuser_te (slow)", "test/test_jit_fuser_te.py", "attn", levels=(4,), env=SLOW,
           why="test_nnc_correctness is @slowTest (CI's slow config); skip: test_unsupported "
@@ -120,8 +122,8 @@ SUITES = (
     Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
           "attn", levels=(4, 6)),
     Suite("distributed/_tensor/test_matrix_ops", "test/distributed/_tensor/test_matrix_ops.py",
-          "attn", levels=(4,), why="PR 4's DTensor strategies, forward and backward (gloo, CPU)"),
-    Suite("test_flop_counter", "test/test_flop_counter.py", "attn", levels=(4,)),
+          "attn", levels=(4, 6), why="PR 4's DTensor strategies, forward and backward (gloo, CPU)"),
+    Suite("test_flop_counter", "test/test_flop_counter.py", "attn", levels=(4, 6)),
     Suite("test_autocast", "test/test_autocast.py", "TestAutocastCPU", levels=(4,),
           why="list-driven (autocast_test_lists.py): `-k attn` selects nothing; PR 4's autocast"),
     # The whole file (514 tests, every one an inductor compile) takes hours on 2 cores and
@@ -143,7 +145,11 @@ SUITES = (
     # its tanh through tanh_stub): PR 2's file, whose TestAttnCPUKernel checks it against the
     # composite, under every capability and float tanh kernel; and, once (rows above with
     # level 6), attn's OpInfo suites, whose outputs, gradients (gradcheck's backward runs with
-    # grad mode off, so through the kernel), decomposition and inductor graphs it now computes.
+    # grad mode off, so through the kernel), decomposition and inductor graphs it now computes;
+    # and, for the op _attn_backward PR 6 adds (what attn's derivative and torch.compile's
+    # backward graphs call), the suites that check every op (schema, dispatch table, fake
+    # tensor invariants) and the paths that must keep PR 4's code (vmap, DTensor, flop count)
+    # or now call it (AOTAutograd's joint graph).
     Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", levels=(6,),
           per_capability=True, why="TestAttnCPUKernel and every other attn test, per capability"),
 )  # fmt: skip

@@ -175,7 +175,8 @@ def profile(torch, fn, size, rounds: int = 5) -> dict:
 def size_steps(torch, methods: dict, size, counts) -> dict:
     """{(threads, pass, method): (step, threads)} at one size, for measure(): every method,
     the floor and the GEMMs alone at each thread count, on inputs allocated once. torch.compile
-    compiles per thread count (its C++ kernels are built for one, `cpp.threads`), at first call.
+    compiles per thread count (its C++ kernels are built for one, `cpp.threads`), at first call:
+    the composite, and torch.attn where it exists (its backward graph calls attn's kernel).
     """
     q, k, v, go, ga = inputs(torch, size, grad=False)
     args = inputs(torch, size, grad=True)
@@ -186,10 +187,15 @@ def size_steps(torch, methods: dict, size, counts) -> dict:
     both["gemms"] = gemms_step(torch, *args, backward=True)
     steps = {}
     for count in counts:
-        compiled = torch.compile(methods["composite"], options={"cpp.threads": count})
+        names = {"compile": "composite", "compile_attn": "native"}
+        compiled = {
+            name: torch.compile(methods[method], options={"cpp.threads": count})
+            for name, method in names.items()
+            if method in methods
+        }
         by_pass = {
-            FWD: {**forward, "compile": lambda fn=compiled: fn(q, k, v)},
-            FWD_BWD: {**both, "compile": train_step(torch, compiled, *args)},
+            FWD: {**forward, **{m: (lambda fn=fn: fn(q, k, v)) for m, fn in compiled.items()}},
+            FWD_BWD: {**both, **{m: train_step(torch, fn, *args) for m, fn in compiled.items()}},
         }
         for name, found in by_pass.items():
             steps.update({(count, name, m): (step, count) for m, step in found.items()})

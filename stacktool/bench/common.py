@@ -7,12 +7,13 @@ from dataclasses import dataclass
 
 SIZES = ((2, 3, 4), (64, 32, 32), (512, 64, 64), (2048, 64, 64), (4096, 128, 128))
 QUICK_SIZES = SIZES[:3]
-METHODS = ("native", "composite", "function", "compile")
+METHODS = ("native", "composite", "function", "compile", "compile_attn")
 LABELS = {
     "native": "native torch.attn",
     "composite": "composite (eager)",
     "function": "PR 2 Function",
     "compile": "torch.compile(composite)",
+    "compile_attn": "torch.compile(torch.attn)",
     "floor": "floor",
     "unfused": "PR 4's unfused path",
     "gemms": "GEMMs alone",

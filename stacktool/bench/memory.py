@@ -44,9 +44,10 @@ def memory_worker(fork: Path, method: str) -> dict:
     torch, methods = load_torch(fork, with_function=method == "function")
     if method == "unfused":
         torch.set_float32_matmul_precision("high")
+    compiled = {"compile": "composite", "compile_attn": "native"}
     fn = (
-        torch.compile(methods["composite"], dynamic=True)
-        if method == "compile"
+        torch.compile(methods[compiled[method]], dynamic=True)
+        if method in compiled
         else methods["native" if method == "unfused" else method]
     )
     train_step(torch, fn, *inputs(torch, MEMORY_WARM_SIZE, grad=True))()

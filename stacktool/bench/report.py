@@ -94,7 +94,9 @@ def report(results: dict, settings: Settings) -> str:
         "`a = torch.tanh(q @ k.T); return a @ v, a`; PR 2 Function: the custom "
         "autograd.Function of PR 2's test; torch.compile(composite): default inductor but for "
         "`cpp.threads`, compiled per size (static shapes) and per thread count (its C++ "
-        "kernels are built for the thread count they run at), warmed before timing. forward: "
+        "kernels are built for the thread count they run at), warmed before timing; "
+        "torch.compile(torch.attn): the same for the native op (inductor decomposes its "
+        "forward; from PR 6 on its backward graph calls attn's kernel). forward: "
         "inputs without requires_grad; forward+backward: "
         "`torch.autograd.backward((o, a), (go, ga))`, so both outputs' gradients flow. floor "
         "(forward+backward): the ATen calls of PR 4's unfused kernel and attn_backward, with no "
@@ -174,6 +176,8 @@ def summary(results: dict) -> list[str]:
             f"- {at}, forward+backward, composite / native: {series(results, 'composite', count)}",
             f"- {at}, forward+backward, torch.compile / native: "
             f"{series(results, 'compile', count)}",
+            f"- {at}, forward+backward, torch.compile(torch.attn) / native: "
+            f"{series(results, 'compile_attn', count)}",
             f"- {at}, forward+backward, native / floor: "
             f"{series(results, 'floor', count, inverse=True)}",
             f"- {at}, forward+backward, native / GEMMs alone: "

@@ -10,6 +10,7 @@ headers in torch/include).
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -51,6 +52,14 @@ def write_manifest(fork: Path, build_dir: Path, ops: list[str], ext_suffix: str)
 # --------------------------------------------------------------------------- loader
 
 
+def python_functions(build_dir: Path) -> set[str]:
+    """The `torch.*` functions the build's bindings define: torchgen binds no Python
+    function to some ops (those named `*_backward`, among others: SKIP_PYTHON_BINDINGS in
+    tools/autograd/gen_python_functions.py)."""
+    source = build_dir / "src" / "bindings" / "python_torch_functionsEverything.cpp"
+    return set(re.findall(r'^\s*\{"(\w+)", castPyCFunction', source.read_text(), re.M))
+
+
 def verify(python: Path, fork: Path, build_dir: Path, ops: list[str]) -> None:
     """Load the new build the way the venv will, and check `import torch` stays silent.
 
@@ -62,10 +71,12 @@ def verify(python: Path, fork: Path, build_dir: Path, ops: list[str]) -> None:
     build is checked against that worktree.
     """
     names = [op for op in ops if "." not in op]
+    bound = [n for n in names if n in python_functions(build_dir)]
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import loader; "
             "sys.path.pop(0); "
             f"loader.activate({str(build_dir)!r}); import torch; "
-            f"missing = [n for n in {names!r} if not hasattr(torch, n)]; "
+            f"missing = [n for n in {names!r} if not hasattr(torch.ops.aten, n)]; "
+            f"missing += [f'torch.{{n}}' for n in {bound!r} if not hasattr(torch, n)]; "
             "sys.exit(f'torch lacks {missing}' if missing else 0)")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(fork), ENV: str(build_dir)}
     result = subprocess.run([str(python), "-W", "error", "-X", "dev", "-c", code], cwd="/",

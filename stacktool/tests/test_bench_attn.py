@@ -105,8 +105,8 @@ class TimeWorkerTest(unittest.TestCase):
               mock.patch.object(attn, "say")):  # fmt: skip
             found = attn.time_worker(mock.Mock(), QUICK)
         self.assertEqual(len(measured), len(QUICK.sizes))  # one measure() per size
-        forward = {"native", "composite", "gemms", "compile"}
-        both = {"native", "composite", "floor", "gemms", "compile"}
+        forward = {"native", "composite", "gemms", "compile", "compile_attn"}
+        both = {"native", "composite", "floor", "gemms", "compile", "compile_attn"}
         self.assertEqual(
             set(measured[0]),
             {(c, FWD, m) for c in (1, 2) for m in forward}
@@ -114,9 +114,12 @@ class TimeWorkerTest(unittest.TestCase):
         )
         self.assertTrue(all(key[0] == count for key, (_, count) in measured[0].items()))
         # torch.compile compiles per size and thread count, its kernels built for that count
-        self.assertEqual([c.kwargs for c in torch.compile.call_args_list[:2]],
-                         [{"options": {"cpp.threads": 1}}, {"options": {"cpp.threads": 2}}])  # fmt: skip
-        self.assertEqual(torch.compile.call_count, 2 * len(QUICK.sizes))
+        self.assertEqual(
+            [(c.args, c.kwargs) for c in torch.compile.call_args_list[:4]],
+            [((methods[m],), {"options": {"cpp.threads": c}}) for c in (1, 2)
+             for m in ("composite", "native")],
+        )  # fmt: skip
+        self.assertEqual(torch.compile.call_count, 4 * len(QUICK.sizes))
         self.assertEqual(found["threads"], [1, 2])
         self.assertEqual(
             [(row["size"][0], row["threads"], row["pass"]) for row in found["rows"][:4]],

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stacktool import overlay
 from stacktool.errors import StackError
-from stacktool.overlay import added_lines, changes, compile, generate, loader
+from stacktool.overlay import added_lines, changes, compile, generate, load, loader
 
 PRISTINE = textwrap.dedent("""\
     # comment at the top
@@ -640,6 +640,21 @@ NEW_TANH = textwrap.dedent("""\
     } // namespace CPU_CAPABILITY
     ALSO_REGISTER_AVX512_DISPATCH(tanh_stub, &CPU_CAPABILITY::tanh_kernel)
     """)
+
+
+class PythonFunctionsTest(unittest.TestCase):
+    def test_only_bound_ops_are_torch_functions(self):
+        # what the import check expects on torch: torchgen binds no *_backward op
+        with tempfile.TemporaryDirectory() as tmp:
+            source = Path(tmp) / "src" / "bindings" / "python_torch_functionsEverything.cpp"
+            source.parent.mkdir(parents=True)
+            source.write_text(
+                "static PyMethodDef torch_functions_shard[] = {\n"
+                '  {"attn", castPyCFunctionWithKeywords(THPVariable_attn), METH_VARARGS, nullptr},\n'
+                "};\n"
+                'm.impl("_attn_backward", ...);\n'
+            )
+            self.assertEqual(load.python_functions(Path(tmp)), {"attn"})
 
 
 class CpuKernelTest(unittest.TestCase):
