@@ -14,6 +14,7 @@ from pathlib import Path
 from stacktool import config
 from stacktool.config import Layout
 from stacktool.errors import StackError
+from stacktool.overlay.load import python_functions
 from stacktool.overlay.loader import MANIFEST
 
 PTH = "_stack_fork.pth"
@@ -54,15 +55,19 @@ def write_pth(layout: Layout) -> None:
     (layout.site_packages / PTH).write_text(f"{layout.fork}\n")
 
 
-def torch_identity(layout: Layout, cwd: Path, ops: tuple[str, ...] = ()) -> tuple[str, str, str]:
-    """(torch.__file__, torch.version.git_version, the `ops` torch lacks) seen from `cwd`.
+def torch_identity(
+    layout: Layout, cwd: Path, ops: tuple[str, ...] = (), functions: tuple[str, ...] = ()
+) -> tuple[str, str, str]:
+    """(torch.__file__, torch.version.git_version, the `ops` torch.ops.aten lacks and the
+    `functions` torch lacks) seen from `cwd`.
 
     StackError if import torch fails or says its overlay is stale (overlay.loader).
     """
     result = subprocess.run(
         [str(layout.python), "-c",
          "import torch; print(torch.__file__); print(torch.version.git_version); "
-         f"print(','.join(n for n in {list(ops)!r} if not hasattr(torch, n)) or '-')"],
+         f"print(','.join([n for n in {list(ops)!r} if not hasattr(torch.ops.aten, n)] + "
+         f"[f'torch.{{n}}' for n in {list(functions)!r} if not hasattr(torch, n)]) or '-')"],
         cwd=cwd, env={**os.environ, **layout.python_env}, capture_output=True, text=True,
     )  # fmt: skip
     if result.returncode != 0 or "stack overlay:" in result.stderr:
@@ -73,12 +78,13 @@ def torch_identity(layout: Layout, cwd: Path, ops: tuple[str, ...] = ()) -> tupl
 
 def prove_torch(layout: Layout, cwd: Path) -> str:
     """Check that the venv imports the fork's torch of the pinned commit; return a proof line."""
-    try:  # the ops the overlay in build/ was built for
+    try:  # the ops the overlay in build/ was built for, and those torchgen gave torch.* functions
         ops = [op for op in json.loads((layout.overlay / MANIFEST).read_text())["ops"]
                if "." not in op]  # fmt: skip
+        functions = [op for op in ops if op in python_functions(layout.overlay)]
     except (OSError, ValueError, KeyError):
-        ops = []
-    file, version, missing = torch_identity(layout, cwd, tuple(ops))
+        ops, functions = [], []
+    file, version, missing = torch_identity(layout, cwd, tuple(ops), tuple(functions))
     if missing:
         raise StackError(f"import torch lacks the stack's {missing}: run ./stack build")
     expected = layout.fork / "torch" / "__init__.py"
