@@ -122,7 +122,7 @@ SUITES = (
     Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
           "attn", levels=(4, 6)),
     Suite("distributed/_tensor/test_matrix_ops", "test/distributed/_tensor/test_matrix_ops.py",
-          "attn", levels=(4, 6), why="PR 4's DTensor strategies, forward and backward (gloo, CPU)"),
+          "attn", levels=(4,), why="PR 4's DTensor strategies, forward and backward (gloo, CPU)"),
     Suite("test_flop_counter", "test/test_flop_counter.py", "attn", levels=(4, 6)),
     Suite("test_autocast", "test/test_autocast.py", "TestAutocastCPU", levels=(4,),
           why="list-driven (autocast_test_lists.py): `-k attn` selects nothing; PR 4's autocast"),
@@ -148,8 +148,9 @@ SUITES = (
     # grad mode off, so through the kernel), decomposition and inductor graphs it now computes;
     # and, for the op _attn_backward PR 6 adds (what attn's derivative and torch.compile's
     # backward graphs call), the suites that check every op (schema, dispatch table, fake
-    # tensor invariants) and the paths that must keep PR 4's code (vmap, DTensor, flop count)
-    # or now call it (AOTAutograd's joint graph).
+    # tensor invariants) and the paths that must keep PR 4's code (vmap, flop count; DTensor
+    # takes the same code as they, and as create_graph in PR 2's file) or now call it
+    # (AOTAutograd's joint graph).
     Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", levels=(6,),
           per_capability=True, why="TestAttnCPUKernel and every other attn test, per capability"),
 )  # fmt: skip

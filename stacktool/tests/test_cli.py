@@ -104,7 +104,8 @@ class SignalTest(unittest.TestCase):
         for cleanup in (holder.stdout.close, holder.wait, holder.kill):
             self.addCleanup(cleanup)
         self.assertEqual(holder.stdout.readline().strip(), "held")
-        code = (f"import sys; sys.path.insert(0, {ROOT!r}); from pathlib import Path; "
+        code = (f"import signal, sys; sys.path.insert(0, {ROOT!r}); from pathlib import Path; "
+                "signal.signal(signal.SIGINT, signal.default_int_handler); "  # as a terminal
                 f"from stacktool import cli; cli.ROOT = Path({tmp.name!r}); "
                 "sys.exit(cli.main(['export', '--check']))")  # fmt: skip
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
