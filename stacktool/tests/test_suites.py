@@ -195,27 +195,38 @@ class RunAllTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, tmp)
         return Layout(tmp)
 
-    def run_all(self, tasks, workers=2):
+    def run_all(self, tasks, workers=2, shown=None):
+        """run_all's results, printed output and logged lines; `shown(line)` sees each line."""
         out, lines = io.StringIO(), []
+
+        def log(line):
+            lines.append(line)
+            if shown:
+                shown(line)
+
         with contextlib.redirect_stdout(out):
-            results = suites.run_all(self.layout(), tasks, lines.append, workers)
+            results = suites.run_all(self.layout(), tasks, log, workers)
         return results, out.getvalue(), lines
 
     def test_two_run_at_once_and_results_keep_the_tasks_order(self):
         both = threading.Barrier(2, timeout=10)  # broken unless two tasks run at once
-        second_done = threading.Event()
+        second_shown = threading.Event()
 
         def first(processes):
             both.wait()
-            second_done.wait(10)  # ends after the second one
+            second_shown.wait(10)  # ends once the second one's line is out
             return Result("first", passed=1), ""
 
         def second(processes):
             both.wait()
-            second_done.set()
             return Result("second", passed=2), ""
 
-        results, _, lines = self.run_all([Task("first", first), Task("second", second)])
+        def shown(line):
+            if line.startswith("second:"):
+                second_shown.set()
+
+        tasks = [Task("first", first), Task("second", second)]
+        results, _, lines = self.run_all(tasks, shown=shown)
         self.assertEqual([r.name for r in results], ["first", "second"])
         self.assertEqual([line.split(":")[0] for line in lines], ["second", "first"])
         self.assertEqual(lines[1], "first: 1 passed, 0 failed, 0 skipped ()")
