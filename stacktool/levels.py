@@ -1,15 +1,17 @@
 """What each PR level is tested with, at its own commit (the gate checks the commit out).
 
 A level's checks (and the gate's `tasks` for it, its lint) run two at a time
-(suites.run_all); the bench smoke run, a timing, runs alone after them.
+(suites.run_all), its small suites in one pytest process (batches); the bench smoke run, a
+timing, runs alone after them.
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from stacktool import bench, tanh_accuracy
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
-from stacktool.suites import Result, Task, run_all, suite_task
+from stacktool.suites import Result, Task, batch_task, run_all, suite_task
 
 
 def level_1(layout: Layout, log, tasks=()):
@@ -42,6 +44,8 @@ class Suite:
     out to the one-line reason; `why` says in one line why this selection, and any skips;
     `per_capability` runs it under each ATEN_CPU_CAPABILITY the CPU supports (a CPU kernel's
     every compiled variant), in the AVX2 and AVX512 builds once per float tanh kernel.
+    A level's suites with the same `env` run in one pytest process (see batches), each
+    counted on its own line; `alone` says why a suite has a process of its own.
     """
 
     name: str
@@ -52,15 +56,61 @@ class Suite:
     deselect: dict[str, str] = field(default_factory=dict)
     why: str = ""
     per_capability: bool = False  # once per tanh variant this CPU runs (tanh_accuracy.variants)
+    alone: str = ""
 
     def command(self) -> list[str]:
         """The arguments to the venv's Python, run in pytorch/."""
-        command = ["-m", "pytest", self.path, *(["-k", self.select] if self.select else [])]
-        for test in self.deselect:
-            command += ["--deselect", f"{self.path}::{test}"]
-        return command
+        return batch_command([self])
 
 
+def batch_command(suites: list[Suite]) -> list[str]:
+    """pytest over the files of `suites` in one process: each file's own selection, scoped
+    to it by its file name where the selections differ (pytest's -k also matches the names
+    of a test's module)."""
+    command = ["-m", "pytest", *(suite.path for suite in suites)]
+    selects = {suite.select for suite in suites}
+    if len(selects) == 1 and "" not in selects:
+        command += ["-k", suites[0].select]
+    elif len(selects) > 1:
+        scoped = (Path(s.path).name + (f" and ({s.select})" if s.select else "") for s in suites)
+        command += ["-k", " or ".join(f"({each})" for each in scoped)]
+    for suite in suites:
+        for test in suite.deselect:
+            command += ["--deselect", f"{suite.path}::{test}"]
+    return command
+
+
+def joins(run: tuple[str, Suite, dict], group: list[tuple[str, Suite, dict]]) -> bool:
+    """Whether `run` may share the process of `group` (see batches)."""
+    _, suite, env = run
+    first, name = group[0][1], Path(suite.path).name
+    if suite.alone or first.alone or suite.per_capability or first.per_capability:
+        return False
+    others = [Path(other.path).name for _, other, _ in group]
+    return group[0][2] == env and not any(name in o or o in name for o in others)
+
+
+def batches(runs: list[tuple[str, Suite, dict[str, str]]]) -> list[list[tuple[str, Suite, dict]]]:
+    """The (name, suite, env) runs of a level in the processes they run in, in order: each
+    with the earlier runs of the same env, unless either is `alone` or per capability; never
+    two files whose names contain one another in a process (pytest imports a test file by
+    its name, and the name scopes its selection).
+
+    A per-capability run keeps its process: level 5's three files of one variant in one
+    process took as long as apart (145-149 s against 137-154 s, Zen 4): their tests, not
+    the start, are most of it.
+    """
+    groups: list[list[tuple[str, Suite, dict]]] = []
+    for run in runs:
+        group = next((group for group in groups if joins(run, group)), None)
+        if group:
+            group.append(run)
+        else:
+            groups.append([run])
+    return groups
+
+
+LONG = "a minute or more of its own: beside the batch, it keeps the second core busy"
 INDUCTOR = {"PYTORCH_TEST_WITH_INDUCTOR": "1"}  # CI's inductor config (run_test.py --inductor)
 SLOW = {"PYTORCH_TEST_WITH_SLOW": "1"}  # CI's slow config: tests marked @slowTest run too
 
@@ -80,16 +130,20 @@ SUITES = (
     Suite("test_schema_check", "test/test_schema_check.py", "attn"),
     Suite("test_decomp", "test/test_decomp.py", "attn or HasDecompTest", levels=(3, 4, 6),
           why="HasDecompTest checks every op at once: `-k attn` misses it"),
-    Suite("functorch/test_ops", "test/functorch/test_ops.py", "attn", levels=(3, 4, 6)),
+    Suite("functorch/test_ops", "test/functorch/test_ops.py", "attn", levels=(3, 4, 6),
+          alone=LONG),
     Suite("functorch/test_vmap", "test/functorch/test_vmap.py", "attn", levels=(3, 4, 6)),
     Suite("functorch/test_aotdispatch", "test/functorch/test_aotdispatch.py", "attn",
           levels=(3, 4, 6)),
     Suite("functorch/test_vmap_registrations", "test/functorch/test_vmap_registrations.py",
-          why="whole file: at PR 4 attn leaves the decomposition list; `-k attn` selects nothing"),
+          why="whole file: at PR 4 attn leaves the decomposition list; `-k attn` selects nothing",
+          alone="its tests are made from the ops registered when it is collected: files "
+          "collected before it register more"),
     Suite("test_overrides", "test/test_overrides.py",
           deselect={"TestTorchFunctionWarning::test_warn_on_invalid_torch_function_tensor_subclass":
                     "upstream, order-dependent: its C++ warning fires once per process, so it "
                     "fails after ..._standalone_class, as on the unmodified wheel"},
+          alone="its C++ warnings fire once per process: other files could fire them first",
           why="whole file: get_testing_overrides and the dispatch checks cover every function"),
     Suite("test_namedtuple_return_api", "test/test_namedtuple_return_api.py",
           why="whole file: it checks every op's named-tuple returns at once"),
@@ -120,9 +174,10 @@ SUITES = (
     Suite("test_ops_gradients (inductor)", "test/test_ops_gradients.py", "attn", levels=(4,),
           env=INDUCTOR, why="CI's inductor config; skips: no in-place variant, gradgrad works"),
     Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
-          "attn", levels=(4, 6)),
+          "attn", levels=(4, 6), alone=LONG),
     Suite("distributed/_tensor/test_matrix_ops", "test/distributed/_tensor/test_matrix_ops.py",
-          "attn", levels=(4,), why="PR 4's DTensor strategies, forward and backward (gloo, CPU)"),
+          "attn", levels=(4,), why="PR 4's DTensor strategies, forward and backward (gloo, CPU)",
+          alone="its ranks are processes it spawns, each importing the file by its name"),
     Suite("test_flop_counter", "test/test_flop_counter.py", "attn", levels=(4, 6)),
     Suite("test_autocast", "test/test_autocast.py", "TestAutocastCPU", levels=(4,),
           why="list-driven (autocast_test_lists.py): `-k attn` selects nothing; PR 4's autocast"),
@@ -160,15 +215,22 @@ def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Ta
     """A Task per upstream suite of `level` with pytest (one per tanh variant, see
     tanh_accuracy.variants, of the `runnable` capabilities for a per_capability suite); at
     level 4 also upstream's runner over the tests of the test_ops row, once."""
-    tasks = []
+    runs = []
     for suite in [suite for suite in SUITES if level in suite.levels]:
         if not suite.per_capability:
-            tasks.append(suite_task(layout, suite.name, suite.command(), suite.env))
+            runs.append((suite.name, suite, suite.env))
             continue
         for cap, kernel in tanh_accuracy.variants(runnable):
             env = {**suite.env, **tanh_accuracy.variant_env(cap, kernel)}
-            name = f"{suite.name} {tanh_accuracy.label(cap, kernel)}"
-            tasks.append(suite_task(layout, name, suite.command(), env))
+            runs.append((f"{suite.name} {tanh_accuracy.label(cap, kernel)}", suite, env))
+    tasks = []
+    for group in batches(runs):
+        names, group_suites, env = [n for n, _, _ in group], [s for _, s, _ in group], group[0][2]
+        if len(group) == 1:
+            tasks.append(suite_task(layout, names[0], group_suites[0].command(), env))
+        else:
+            paths = [suite.path for suite in group_suites]
+            tasks.append(batch_task(layout, names, paths, batch_command(group_suites), env))
     if level == 4:
         command = ["test/run_test.py", "-i", "test_ops", "--", "-k", "attn"]
         tasks.append(suite_task(layout, "run_test.py -i test_ops -- -k attn", command))

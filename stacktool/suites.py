@@ -2,18 +2,23 @@
 
 A level's suites run two at a time (`run_all`), as upstream's run_test.py runs test files
 on CI's 2-core CPU jobs: each one's output is kept and shown, with its own line of counts,
-when it ends, so two suites' logs never interleave.
+when it ends, so two suites' logs never interleave. Small suites that share their selection
+run as one pytest process (`batch_task`): each file still gets its own line, its counts read
+from pytest's JUnit report, and the process starts torch and upstream's test harness once.
 """
 
 import os
 import re
 import subprocess
+import tempfile
 import threading
 import time
 import traceback
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 
 from stacktool.config import Layout
 
@@ -112,11 +117,11 @@ class Processes:
 @dataclass
 class Task:
     """A check run_all runs in a worker thread: `run` starts its processes through the given
-    Processes and returns (its result, the output to show if it failed). It prints nothing:
-    `show` does, in the main thread, when it ends."""
+    Processes and returns (its result, or a list of them, and the output to show if one
+    failed). It prints nothing: `show` does, in the main thread, when it ends."""
 
     name: str
-    run: Callable[[Processes], tuple[Result, str]]
+    run: Callable[[Processes], tuple[Result | list[Result], str]]
 
 
 def execute(
@@ -142,17 +147,20 @@ def execute(
     return Result(name, passed, failed, skipped, note), output
 
 
-def show(layout: Layout, result: Result, output: str, log) -> Result:
-    """Print a finished check: a failed one's output (also kept in build/test-logs), then its
-    line of counts."""
-    if result.failed:
-        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", result.name) + ".log")
+def show(layout: Layout, result: Result | list[Result], output: str, log) -> Result | list[Result]:
+    """Print a finished check (or a batch's checks): the output if one failed (also kept in
+    build/test-logs, named after the first that failed), then a line of counts for each."""
+    results = result if isinstance(result, list) else [result]
+    failed = [r for r in results if r.failed]
+    if failed:
+        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", failed[0].name) + ".log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(output)
         print(output[-6000:])
-        result.note += f"; log: {log_path}"
-    log(f"{result.name}: {result.passed} passed, {result.failed} failed, {result.skipped} "
-        f"skipped ({result.note})")  # fmt: skip
+        for r in failed:
+            r.note += f"; log: {log_path}"
+    for r in results:
+        log(f"{r.name}: {r.passed} passed, {r.failed} failed, {r.skipped} skipped ({r.note})")
     return result
 
 
@@ -166,11 +174,65 @@ def suite_task(layout: Layout, name: str, command: list[str], env=None) -> Task:
     return Task(name, lambda processes: execute(layout, name, command, env, processes))
 
 
+def junit_counts(report: str, paths: list[str]) -> dict[str, tuple[int, int, int, float]]:
+    """(passed, failed, skipped + xfailed, seconds) per test file of `paths`, from pytest's
+    JUnit XML `report`: a test case belongs to the file its class name starts from (pytest
+    names it after the collected file's path, as test.functorch.test_ops.TestX)."""
+    counts = {path: [0, 0, 0, 0.0] for path in paths}
+    modules = {path.removesuffix(".py").replace("/", "."): path for path in paths}
+    for case in ET.fromstring(report).iter("testcase"):
+        name = case.get("classname", "")
+        path = next((p for m, p in modules.items() if name == m or name.startswith(m + ".")), None)
+        if path is None:
+            continue
+        kinds = {child.tag for child in case}
+        kind = 1 if kinds & {"failure", "error"} else 2 if "skipped" in kinds else 0
+        counts[path][kind] += 1
+        counts[path][3] += float(case.get("time") or 0)
+    return {path: tuple(c) for path, c in counts.items()}
+
+
+def execute_batch(
+    layout: Layout, names: list[str], paths: list[str], command: list[str], env=None,
+    processes: Processes | None = None,
+) -> tuple[list[Result], str]:  # fmt: skip
+    """Run one pytest `command` over the test files `paths` (the suites `names`); a Result
+    per file from its JUnit report. A file with no test there, when the process failed
+    (a crash, a collection error), counts as failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        junit = [f"--junitxml={report}", "-o", "junit_family=xunit1"]
+        whole, output = execute(layout, " + ".join(names), [*command, *junit], env, processes)
+        text = report.read_text() if report.exists() else "<testsuites/>"
+    results = []
+    counts = junit_counts(text, paths)
+    for name, path in zip(names, paths, strict=True):
+        passed, failed, skipped, seconds = counts[path]
+        note = f"{seconds:.0f} s of tests; one process with {len(names) - 1} more, {whole.note}"
+        if whole.failed and not failed and not passed + skipped:
+            failed, note = 1, f"no result: the batch's process failed; {note}"
+        elif passed + failed + skipped == 0:
+            failed, note = 1, "ran no test"
+        results.append(Result(name, passed, failed, skipped, note))
+    if whole.failed and not any(r.failed for r in results):
+        results[0].failed, results[0].note = 1, f"the batch's process failed; {results[0].note}"
+    return results, output
+
+
+def batch_task(
+    layout: Layout, names: list[str], paths: list[str], command: list[str], env=None
+) -> Task:
+    """The Task of several suites in one process (see execute_batch), for run_all."""
+    return Task(" + ".join(names),
+                lambda processes: execute_batch(layout, names, paths, command, env, processes))  # fmt: skip
+
+
 def run_all(layout: Layout, tasks: list[Task], log, workers: int = WORKERS) -> list[Result]:
     """Run `tasks` `workers` at a time, each shown (see show) as it ends; their results in
-    the order of `tasks`. A task that raises is a failed check with its traceback."""
+    the order of `tasks` (a batch's in its order). A task that raises is a failed check with
+    its traceback."""
     processes = Processes()
-    results: list[Result | None] = [None] * len(tasks)
+    results: list[Result | list[Result] | None] = [None] * len(tasks)
     pool = ThreadPoolExecutor(max_workers=workers)
     try:
         futures = {pool.submit(task.run, processes): n for n, task in enumerate(tasks)}
@@ -186,4 +248,4 @@ def run_all(layout: Layout, tasks: list[Task], log, workers: int = WORKERS) -> l
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
-    return results
+    return [r for result in results for r in (result if isinstance(result, list) else [result])]

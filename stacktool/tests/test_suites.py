@@ -53,6 +53,97 @@ class SuiteCommandTest(unittest.TestCase):
         self.assertEqual(Suite("x", "test/test_x.py").command(), ["-m", "pytest", "test/test_x.py"])
 
 
+class BatchTest(unittest.TestCase):
+    """Small suites of a level share a pytest process; each file keeps its line of counts."""
+
+    def test_one_selection_as_is_several_scoped_by_file_name(self):
+        same = [
+            Suite("a", "test/test_a.py", "attn"),
+            Suite("b", "test/sub/test_b.py", "attn", deselect={"T::test_x": "why"}),
+        ]
+        self.assertEqual(levels.batch_command(same), [
+            "-m", "pytest", "test/test_a.py", "test/sub/test_b.py", "-k", "attn",
+            "--deselect", "test/sub/test_b.py::T::test_x"])  # fmt: skip
+        mixed = [Suite("a", "test/test_a.py", "attn"), Suite("b", "test/test_b.py"),
+                 Suite("c", "test/test_c.py", "x or y")]  # fmt: skip
+        self.assertEqual(levels.batch_command(mixed)[-2:], [
+            "-k", "(test_a.py and (attn)) or (test_b.py) or (test_c.py and (x or y))"])  # fmt: skip
+        whole = [Suite("a", "test/test_a.py"), Suite("b", "test/test_b.py")]
+        self.assertEqual(levels.batch_command(whole), [
+            "-m", "pytest", "test/test_a.py", "test/test_b.py"])  # fmt: skip
+
+    def test_batches_by_env_never_alone_per_capability_or_one_name_twice(self):
+        def run(name, path, env=None, **kwargs):
+            return name, Suite(name, path, **kwargs), env or {}
+
+        runs = [run("a", "test/test_ops.py"), run("b", "test/functorch/test_ops.py"),
+                run("c", "test/test_x.py", alone="why"), run("d", "test/test_y.py"),
+                run("e", "test/test_z.py", {"SLOW": "1"}), run("f", "test/test_w.py", {"SLOW": "1"}),
+                run("g", "test/test_v.py", per_capability=True), run("h", "test/mytest_ops.py"),
+                run("i", "test/test_u.py")]  # fmt: skip
+        groups = [[name for name, _, _ in group] for group in levels.batches(runs)]
+        self.assertEqual(groups, [["a", "d", "i"], ["b"], ["c"], ["e", "f"], ["g"], ["h"]])
+
+    def test_every_alone_says_why_in_one_line(self):
+        for suite in SUITES:
+            self.assertNotIn("\n", suite.alone, suite.name)
+
+    JUNIT = """<testsuites><testsuite>
+      <testcase classname="test.test_a.T" name="test_1" time="1.5"/>
+      <testcase classname="test.test_a.T" name="test_2" time="0.5"><skipped type="pytest.xfail"/></testcase>
+      <testcase classname="test.functorch.test_a.T" name="test_1" time="2"><failure/></testcase>
+      <testcase classname="test.functorch.test_a.T" name="test_2"><error/></testcase>
+      <testcase classname="test.test_ab.T" name="test_1"/>
+    </testsuite></testsuites>"""
+
+    def test_junit_counts_per_file_by_class_name(self):
+        counts = suites.junit_counts(self.JUNIT, ["test/test_a.py", "test/functorch/test_a.py"])
+        self.assertEqual(counts, {"test/test_a.py": (1, 0, 1, 2.0),
+                                  "test/functorch/test_a.py": (0, 2, 0, 2.0)})  # fmt: skip
+
+    def run_batch(self, junit: str | None, returncode: int, summary: str):
+        class Fake(suites.Processes):
+            def run(self, command, **kwargs):
+                report = next(a.split("=", 1)[1] for a in command if a.startswith("--junitxml="))
+                if junit is not None:
+                    Path(report).write_text(junit)
+                return subprocess.CompletedProcess(command, returncode, summary, "")
+
+        names, paths = ["a", "fa"], ["test/test_a.py", "test/functorch/test_a.py"]
+        return suites.execute_batch(Layout(Path("/x")), names, paths, ["-m", "pytest"],
+                                    processes=Fake())  # fmt: skip
+
+    def test_a_batch_gives_each_file_its_counts(self):
+        results, _ = self.run_batch(self.JUNIT, 1, "== 2 failed, 2 passed, 1 xfailed in 3s ==")
+        self.assertEqual([(r.name, r.passed, r.failed, r.skipped) for r in results],
+                         [("a", 1, 0, 1), ("fa", 0, 2, 0)])  # fmt: skip
+        self.assertIn("2 s of tests; one process with 1 more", results[0].note)
+
+    def test_a_crashed_batch_fails_every_file_without_results(self):
+        results, _ = self.run_batch(None, -11, "")
+        self.assertEqual([(r.passed, r.failed) for r in results], [(0, 1), (0, 1)])
+        self.assertTrue(all("the batch's process failed" in r.note for r in results))
+
+    def test_a_failed_process_with_every_test_passing_still_fails(self):
+        ok = (
+            '<testsuites><testcase classname="test.test_a.T" name="t"/>'
+            + '<testcase classname="test.functorch.test_a.T" name="t"/></testsuites>'
+        )
+        results, _ = self.run_batch(ok, 1, "== 2 passed in 1s ==")
+        self.assertEqual([(r.passed, r.failed) for r in results], [(1, 1), (1, 0)])
+
+    def test_run_all_shows_a_batchs_lines_and_its_output_once(self):
+        def batch(processes):
+            return [Result("a", passed=1), Result("b", failed=1)], "the batch's output"
+
+        out, lines = io.StringIO(), []
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(out):
+            results = suites.run_all(Layout(Path(tmp)), [Task("a + b", batch)], lines.append)
+        self.assertEqual([r.name for r in results], ["a", "b"])
+        self.assertEqual(out.getvalue().count("the batch's output"), 1)
+        self.assertEqual([line.split(":")[0] for line in lines], ["a", "b"])
+
+
 class SuiteTableTest(unittest.TestCase):
     """The table's own rules: each choice that is not plain `-k attn` says why, in one line."""
 
@@ -71,7 +162,7 @@ class SuiteTableTest(unittest.TestCase):
             "test_attn_gradcheck [avx2, ATEN_CPU_FLOAT_TANH=vml]",
             "test_attn_gradcheck [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
         ])  # fmt: skip
-        self.assertIn("test_ops", names)
+        self.assertIn("test_ops", names[0].split(" + "))  # attn's OpInfo suites: one process
         self.assertIn("inductor/test_torchinductor_opinfo", names)
 
     def test_level_5_runs_each_suite_per_capability_and_float_tanh_kernel(self):
