@@ -1,17 +1,18 @@
 """What each PR level is tested with, at its own commit (the gate checks the commit out).
 
 A level's checks (and the gate's `tasks` for it, its lint) run two at a time
-(suites.run_all), its small suites in one pytest process (batches); the bench smoke run, a
-timing, runs alone after them.
+(suites.run_all), its small suites in one pytest process (batches); level 4's bench smoke
+run among them (its numbers are not judged).
 """
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stacktool import bench, tanh_accuracy
+from stacktool import tanh_accuracy
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
-from stacktool.suites import Result, Task, batch_task, run_all, suite_task
+from stacktool.suites import Processes, Result, Task, batch_task, run_all, suite_task
 
 
 def level_1(layout: Layout, log, tasks=()):
@@ -244,15 +245,34 @@ def level_3(layout: Layout, log, tasks=()):
 
 def level_4(layout: Layout, log, tasks=()):
     """PR 4: the explicit kernel and joint formula; level 3's suites, PR 4's, a bench smoke."""
-    results = run_all(layout, [*tasks, gradcheck(layout), *suite_tasks(layout, 4)], log)
-    return [*results, bench_smoke(layout, log)]
+    checks = [*tasks, gradcheck(layout), bench_smoke(layout), *suite_tasks(layout, 4)]
+    return run_all(layout, checks, log)
 
 
-def bench_smoke(layout: Layout, log):
-    """`./stack bench --quick`: the benchmark runs (its numbers are not judged here)."""
-    ok = bench.run(layout, layout.build / "bench-smoke", quick=True) == 0
-    log(f"bench smoke run: {'ran' if ok else 'crashed'}")
-    return Result("./stack bench --quick runs", int(ok), int(not ok))
+SMOKE = """import sys
+from pathlib import Path
+from stacktool import bench
+from stacktool.config import Layout
+root, tree, overlay, out = (Path(arg) if arg else None for arg in sys.argv[1:])
+sys.exit(bench.run(Layout(root, tree, overlay), out, quick=True))
+"""
+
+
+def bench_smoke(layout: Layout) -> Task:
+    """`./stack bench --quick` (bench.run, in a process of its own, under this Python) as a
+    Task: the benchmark runs. Its numbers are not judged here, so it runs beside the suites."""
+    paths = [layout.root, layout.tree or "", layout.overlay_dir or "", layout.build / "bench-smoke"]
+
+    def run(processes: Processes) -> tuple[Result, str]:
+        command = [sys.executable, "-c", SMOKE, *map(str, paths)]
+        proc = processes.run(command, cwd=layout.root)
+        ok = proc.returncode == 0
+        note = "ran" if ok else f"crashed (exit {proc.returncode})"
+        return Result("./stack bench --quick runs", int(ok), int(not ok), note=note), (
+            proc.stdout + proc.stderr
+        )
+
+    return Task("./stack bench --quick runs", run)
 
 
 def level_6(layout: Layout, log, tasks=()):

@@ -144,6 +144,29 @@ class BatchTest(unittest.TestCase):
         self.assertEqual([line.split(":")[0] for line in lines], ["a", "b"])
 
 
+class BenchSmokeTest(unittest.TestCase):
+    def test_runs_the_quick_bench_on_the_levels_tree_in_a_process_of_its_own(self):
+        layout, commands, calls = Layout(Path("/x")).gate_tree(4), [], []
+
+        class Fake(suites.Processes):
+            def run(self, command, **kwargs):
+                commands.append(command)
+                return subprocess.CompletedProcess(command, 0, "", "")
+
+        result, _ = levels.bench_smoke(layout).run(Fake())
+        self.assertEqual((result.passed, result.failed), (1, 0))
+        (command,) = commands
+        self.assertEqual(command[:2], [sys.executable, "-c"])
+        with (
+            mock.patch.object(sys, "argv", ["-c", *command[3:]]),
+            mock.patch("stacktool.bench.run", lambda *a, **k: calls.append((a, k)) or 0),
+            self.assertRaises(SystemExit) as exited,
+        ):
+            exec(command[2], {})
+        self.assertEqual(exited.exception.code, 0)
+        self.assertEqual(calls, [((layout, layout.build / "bench-smoke"), {"quick": True})])
+
+
 class SuiteTableTest(unittest.TestCase):
     """The table's own rules: each choice that is not plain `-k attn` says why, in one line."""
 
