@@ -5,7 +5,8 @@ to pristine upstream, then, in a worktree of the fork of its own per level
 (build/gate/level-N/pytorch, with its own overlay build in build/gate/level-N/overlay),
 checks out each PR level's commit, lints the
 files it touches and runs that level's tests with upstream's own runners, proving first which
-torch they import; last, the README's edit loop as written (loop.py). pytorch/, build/overlay and the venv's `import torch` are never changed,
+torch they import; and, beside the last level's checks, the README's edit loop as written
+(loop.py). pytorch/, build/overlay and the venv's `import torch` are never changed,
 whatever happens to the run. It ends with a plain `N passed, M failed` line and exits
 non-zero on any failure.
 """
@@ -109,14 +110,17 @@ def run(layout: Layout, log, build) -> int:
     results.append(Result("patches/ match pytorch/", int(not found), int(bool(found)),
                           note="; ".join(found)))  # fmt: skip
     results.append(applies_to_pristine(layout))
+    last = len(patches.stack_commits(layout.fork))
     for level, commit, gate in each_level(layout, log, build):
         proof = venv.prove_torch(gate, gate.fork / "test")
         log(f"level {level} ({commit[:12]}): {proof}")
-        lint_task = lint.task(gate, f"{commit}~1", commit, f"level {level}: lint")
-        for result in levels.run(level, gate, log, [lint_task]):
-            result.name = f"level {level}: {result.name.removeprefix(f'level {level}: ')}"
+        tasks = [lint.task(gate, f"{commit}~1", commit, f"level {level}: lint")]
+        if level == last:  # the README's loop beside the last level's checks
+            tasks.append(loop.task(layout))
+        for result in levels.run(level, gate, log, tasks):
+            if result.name != loop.NAME:
+                result.name = f"level {level}: {result.name.removeprefix(f'level {level}: ')}"
             results.append(result)
-    results.append(loop.run(layout, log))
     return report(results)
 
 

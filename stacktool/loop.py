@@ -11,13 +11,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 from stacktool import config, fork, patches, venv, wheel
 from stacktool.config import Layout
 from stacktool.git import git
-from stacktool.suites import Result
+from stacktool.suites import Processes, Result, Task
 
 SECTION = "## Working on the stack"
 LEVEL = 2  # the scratch stack: PRs 1 and 2
@@ -68,19 +67,28 @@ def scratch_project(layout: Layout) -> Layout:
     return scratch
 
 
-def run(layout: Layout, log) -> Result:
-    """Each README block with `bash -e` in the scratch project; then what each should leave."""
-    name = "README's loop (scratch copy, PRs 1-2)"
+NAME = "README's loop (scratch copy, PRs 1-2)"
+
+
+def task(layout: Layout) -> Task:
+    """`run` as a Task for suites.run_all, beside a level's checks (it needs level 2's gate
+    build, whose codegen it takes)."""
+    return Task(NAME, lambda processes: run(layout, processes))
+
+
+def run(layout: Layout, processes: Processes) -> tuple[Result, str]:
+    """Each README block with `bash -e` in the scratch project; then what each should leave.
+    Prints nothing: (the result, the blocks' output)."""
     started = time.monotonic()
     scratch = scratch_project(layout)
     landed = patches.read(scratch.patches)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(IDENTITY)
     output, problem = "", ""
-    for n, block in enumerate(blocks((layout.root / "README.md").read_text()), start=1):
-        log(f"{name}: block {n}: {block.splitlines()[0]} ...")
-        proc = subprocess.run(["bash", "-xeuo", "pipefail", "-c", block], cwd=scratch.root,
-                              env=env, capture_output=True, text=True)  # fmt: skip
+    readme_blocks = blocks((layout.root / "README.md").read_text())
+    for n, block in enumerate(readme_blocks, start=1):
+        output += f"{NAME}: block {n}: {block.splitlines()[0]} ...\n"
+        proc = processes.run(["bash", "-xeuo", "pipefail", "-c", block], cwd=scratch.root, env=env)
         output += proc.stdout + proc.stderr
         if proc.returncode != 0:
             problem = f"block {n} exited {proc.returncode}"
@@ -97,12 +105,7 @@ def run(layout: Layout, log) -> Result:
             problem = "the undone work was not kept on a branch undo/*"
     dmypy = layout.root / ".venv-lint" / "bin" / "dmypy"  # lint started it in the scratch fork
     subprocess.run([str(dmypy), "stop"], cwd=scratch.fork, capture_output=True)
-    note = f"{len(blocks((layout.root / 'README.md').read_text()))} blocks, {time.monotonic() - started:.0f} s"
+    note = f"{len(readme_blocks)} blocks, {time.monotonic() - started:.0f} s"
     if problem:
-        log_path = layout.build / "test-logs" / "readme_loop.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(output)
-        print(output[-6000:], file=sys.stdout)
-        note = f"{problem}; log: {log_path}"
-    log(f"{name}: {'ran as written' if not problem else problem} ({note})")
-    return Result(name, int(not problem), int(bool(problem)), note=note)
+        note = f"{problem}; {note}"
+    return Result(NAME, int(not problem), int(bool(problem)), note=note), output
