@@ -23,8 +23,9 @@ from pathlib import Path
 from stacktool.config import Layout
 
 SUMMARY = re.compile(
-    r"^=+ (.*\d+ (?:passed|failed|skipped|error|errors|deselected).*) in [\d.]+s.* =+$"
+    r"^=+ (.*\d+ (?:passed|failed|skipped|error|errors|deselected).*) in [\d.]+s.* =+$", re.M
 )
+RERUNS = re.compile(r"(\d+) rerun")
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)\b")
 
 
@@ -144,6 +145,9 @@ def execute(
         failed, note = 1, "ran no test"
     else:
         note = f"{seconds:.0f} s"
+    reruns = sum(int(n) for n in RERUNS.findall(" ".join(SUMMARY.findall(output))))
+    if reruns:  # pytest-rerunfailures ran a failed test again (Suite.reruns) and it passed
+        note += f"; {reruns} rerun"
     return Result(name, passed, failed, skipped, note), output
 
 

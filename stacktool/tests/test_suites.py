@@ -49,6 +49,10 @@ class SuiteCommandTest(unittest.TestCase):
              "--deselect", "test/test_x.py::T::test_a", "--deselect", "test/test_x.py::T::test_b"],
         )  # fmt: skip
 
+    def test_reruns_as_upstreams_runner_on_ci(self):
+        suite = Suite("x", "test/test_x.py", "attn", reruns=2)
+        self.assertEqual(suite.command()[-1], "--reruns=2")
+
     def test_whole_file(self):
         self.assertEqual(Suite("x", "test/test_x.py").command(), ["-m", "pytest", "test/test_x.py"])
 
@@ -295,6 +299,11 @@ class RunSuiteTest(unittest.TestCase):
             self.assertNotIn("PYTORCH_TEST_WITH_INDUCTOR", os.environ)
         self.assertNotIn("CI", env)
         self.assertEqual(env["PYTORCH_TEST_WITH_INDUCTOR"], "1")
+
+    def test_a_rerun_is_said(self):
+        result = self.run_script("print('==== 2 passed, 1 rerun in 0.1s ====')")
+        self.assertEqual((result.passed, result.failed), (2, 0))
+        self.assertTrue(result.note.endswith("; 1 rerun"), result.note)
 
     def test_runner_failing_without_a_test_failing_counts(self):
         result = self.run_script("print('==== 2 passed in 0.1s ===='); raise SystemExit(3)")
