@@ -218,9 +218,9 @@ SUITES = (
 
 
 def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Task]:
-    """A Task per upstream suite of `level` with pytest (one per tanh variant, see
-    tanh_accuracy.variants, of the `runnable` capabilities for a per_capability suite); at
-    level 4 also upstream's runner over the tests of the test_ops row, once."""
+    """A Task per pytest process of `level`'s upstream suites (see batches; a per_capability
+    suite once per tanh variant, see tanh_accuracy.variants, of the `runnable` capabilities);
+    at level 4 also upstream's runner over the tests of the test_ops row, once."""
     runs = []
     for suite in [suite for suite in SUITES if level in suite.levels]:
         if not suite.per_capability:
