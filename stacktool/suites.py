@@ -2,8 +2,8 @@
 
 A level's suites run two at a time (`run_all`), as upstream's run_test.py runs test files
 on CI's 2-core CPU jobs: each one's output is kept and shown, with its own line of counts,
-when it ends, so two suites' logs never interleave. Small suites that share their selection
-run as one pytest process (`batch_task`): each file still gets its own line, its counts read
+when it ends, so two suites' logs never interleave. Suites of a level that share their
+variables run as one pytest process (`batch_task`): each file still gets its own line, its counts read
 from pytest's JUnit report, and the process starts torch and upstream's test harness once.
 """
 

@@ -88,10 +88,6 @@ class BatchTest(unittest.TestCase):
         groups = [[name for name, _, _ in group] for group in levels.batches(runs)]
         self.assertEqual(groups, [["a", "d", "i"], ["b"], ["c"], ["e", "f"], ["g"], ["h"]])
 
-    def test_every_alone_says_why_in_one_line(self):
-        for suite in SUITES:
-            self.assertNotIn("\n", suite.alone, suite.name)
-
     JUNIT = """<testsuites><testsuite>
       <testcase classname="test.test_a.T" name="test_1" time="1.5"/>
       <testcase classname="test.test_a.T" name="test_2" time="0.5"><skipped type="pytest.xfail"/></testcase>
