@@ -209,11 +209,15 @@ SUITES = (
     # grad mode off, so through the kernel), decomposition and inductor graphs it now computes;
     # and, for the op _attn_backward PR 6 adds (what attn's derivative and torch.compile's
     # backward graphs call), the suites that check every op (schema, dispatch table, fake
-    # tensor invariants) and the paths that must keep PR 4's code (vmap, flop count; DTensor
-    # takes the same code as they, and as create_graph in PR 2's file) or now call it
-    # (AOTAutograd's joint graph).
+    # tensor invariants) and the paths that must keep PR 4's code (vmap, flop count; eager
+    # DTensor takes the same code as they, and as create_graph in PR 2's file) or now call it
+    # (AOTAutograd's joint graph, DTensor's compiled too).
     Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", levels=(6,),
           per_capability=True, why="TestAttnCPUKernel and every other attn test, per capability"),
+    Suite("distributed/_tensor/test_dtensor_compile",
+          "test/distributed/_tensor/test_dtensor_compile.py", "attn", levels=(6,),
+          why="compiled DTensor attn: its backward graph calls _attn_backward (PR 6's "
+          "replicate strategy); a fake process group, one process"),
 )  # fmt: skip
 
 

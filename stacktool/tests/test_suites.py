@@ -255,7 +255,7 @@ class SuiteTableTest(unittest.TestCase):
                 self.assertTrue(suite.why and "\n" not in suite.why, suite.name)
 
     def test_dtensor_runs_at_both_levels(self):
-        (dtensor,) = (s for s in SUITES if "dtensor" in s.path)
+        (dtensor,) = (s for s in SUITES if "test_dtensor_ops" in s.path)
         self.assertEqual(dtensor.levels, (3, 4))
 
 
