@@ -18,9 +18,10 @@ MEMORY_WARM_SIZE = (256, 64, 64)
 # buffers from run to run. A fixed threshold mmaps every large tensor and unmaps it on free,
 # so the growth is the peak of live tensor memory, the same in every run.
 MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
-# "unfused": native torch.attn at float32 matmul precision "high", where PR 6's kernel steps
+# "unfused": native torch.attn at float32 matmul precision "medium", where PR 6's kernel steps
 # aside for float (attn_uses_cpu_kernel in Attn.cpp) and PR 4's unfused kernel and derivative
-# run; v2.6.0's CPU mm is the same at "high" as at "highest" (only "medium" changes it).
+# run, with oneDNN off: v2.6.0's CPU mm is then the BLAS path it takes at "highest" ("medium"
+# alone may send it to oneDNN's bf32 kernels).
 MEMORY_METHODS = (*METHODS, "unfused")
 
 
@@ -43,7 +44,8 @@ def memory_worker(fork: Path, method: str) -> dict:
     """
     torch, methods = load_torch(fork, with_function=method == "function")
     if method == "unfused":
-        torch.set_float32_matmul_precision("high")
+        torch.set_float32_matmul_precision("medium")
+        torch.backends.mkldnn.enabled = False
     compiled = {"compile": "composite", "compile_attn": "native"}
     fn = (
         torch.compile(methods[compiled[method]], dynamic=True)

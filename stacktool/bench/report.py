@@ -120,9 +120,10 @@ def report(results: dict, settings: Settings) -> str:
         "the step), with glibc's mmap threshold fixed at 64 KiB so that freed tensors leave "
         "RSS; inputs and output grads allocated, then the peak RSS is reset "
         "(/proc/self/clear_refs) and the growth VmHWM - VmRSS is read after the step. "
-        f"{LABELS['unfused']}: native torch.attn at float32 matmul precision \"high\", where "
-        "PR 6's kernel steps aside for float and PR 4's kernel and derivative run (v2.6.0's "
-        "CPU mm is the same at \"high\" and \"highest\"). "
+        f"{LABELS['unfused']}: native torch.attn at float32 matmul precision \"medium\", where "
+        "PR 6's kernel steps aside for float and PR 4's kernel and derivative run, with oneDNN "
+        "off (torch.backends.mkldnn), so that v2.6.0's CPU mm takes its BLAS path, as at "
+        "\"highest\". "
         f"{OUTPUT}: the n x n float32 output a alone, {output:.1f} MB, computed (n * n * 4 "
         "bytes), not measured: a peak near it means no n x n temporary beyond a.",
         "",

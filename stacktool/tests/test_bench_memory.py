@@ -15,7 +15,7 @@ class MemoryWorkerTest(unittest.TestCase):
     def steps(self, method: str) -> tuple[list[str], dict]:
         """What memory_worker(method) did, in order, and what it returned."""
         log = []
-        torch = mock.Mock()
+        torch = self.torch = mock.Mock()
         torch.set_float32_matmul_precision.side_effect = lambda p: log.append(f"precision {p}")
         methods = {"native": "torch.attn", "composite": "composite"}
 
@@ -28,10 +28,11 @@ class MemoryWorkerTest(unittest.TestCase):
             found = memory.memory_worker(Path("/nonexistent"), method)
         return log, found
 
-    def test_unfused_is_native_torch_attn_at_high_precision(self):
+    def test_unfused_is_native_torch_attn_at_medium_precision_without_onednn(self):
         log, found = self.steps("unfused")
         # set before the warm-up: PR 6's kernel reads it at each call
-        self.assertEqual(log, ["precision high", "step torch.attn", "step torch.attn"])
+        self.assertEqual(log, ["precision medium", "step torch.attn", "step torch.attn"])
+        self.assertIs(self.torch.backends.mkldnn.enabled, False)
         self.assertEqual(found["method"], "unfused")
 
     def test_native_keeps_the_default_precision(self):

@@ -57,7 +57,7 @@ class ReportTest(unittest.TestCase):
         )
         self.assertIn("| PR 4's unfused path | 60.0 | 0.896 | 3.750 |", text)
         self.assertIn("PR 4's unfused path: native torch.attn at float32 matmul precision "
-                      '"high", where PR 6\'s kernel steps aside', text)  # fmt: skip
+                      '"medium", where PR 6\'s kernel steps aside', text)  # fmt: skip
         self.assertTrue(text.endswith("torch.attn: 6 met, 0 not met, 0 n/a. All targets of this "
                                       "run, tanh's included: 6 met, 0 not met, 0 n/a.\n"))  # fmt: skip
         self.assertIn("(bench.png)", text)
