@@ -7,6 +7,7 @@ from pathlib import Path
 
 from stacktool.bench.attn import time_worker
 from stacktool.bench.common import FULL, QUICK
+from stacktool.bench.contended import CONTENDED_QUICK_SIZES, CONTENDED_SIZES, contended_worker
 from stacktool.bench.memory import MEMORY_METHODS, memory_worker
 from stacktool.bench.plot import plot
 from stacktool.bench.tanh import tanh_worker
@@ -20,6 +21,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("out", type=Path)
     p.add_argument("fork", type=Path)
     p.add_argument("--quick", action="store_true")
+    p = commands.add_parser("contended")
+    p.add_argument("out", type=Path)
+    p.add_argument("fork", type=Path)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--size", type=int, nargs=3, action="append", metavar=("N", "D", "DV"),
+                   help="time this size instead of the run's (repeatable)")  # fmt: skip
     p = commands.add_parser("memory")
     p.add_argument("out", type=Path)
     p.add_argument("fork", type=Path)
@@ -37,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "timing":
         result = time_worker(args.fork, QUICK if args.quick else FULL)
+    elif args.command == "contended":
+        sizes = CONTENDED_QUICK_SIZES if args.quick else CONTENDED_SIZES
+        sizes = tuple(map(tuple, args.size or sizes))
+        result = contended_worker(args.fork, QUICK if args.quick else FULL, sizes)
     elif args.command == "memory":
         result = memory_worker(args.fork, args.method)
     else:

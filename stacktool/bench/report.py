@@ -15,6 +15,7 @@ from stacktool.bench.common import (
     fmt_threads,
     ratio,
 )
+from stacktool.bench.contended import COMPETITOR_FACTOR, COMPETITOR_GRACE_S
 from stacktool.bench.memory import MEMORY_WARM_SIZE, output_mb
 from stacktool.bench.tanh import FLOAT_TANH, TANH_CASES, VECTORIZED
 from stacktool.bench.targets import (
@@ -24,6 +25,8 @@ from stacktool.bench.targets import (
     Check,
     attn_checks,
     checks,
+    contended_checks,
+    contended_where,
     tanh_checks,
     tanh_row_checks,
 )
@@ -128,6 +131,7 @@ def report(results: dict, settings: Settings) -> str:
         "bytes), not measured: a peak near it means no n x n temporary beyond a.",
         "",
         table(["method", "peak RSS growth (MB)", "/ composite", f"/ {OUTPUT}"], mem_rows),
+        *contended_section(results.get("contended")),
         *tanh_section(results.get("tanh")),
         *accuracy_section(results.get("accuracy")),
         *profile_section(timing.get("profile")),
@@ -138,7 +142,9 @@ def report(results: dict, settings: Settings) -> str:
         "at each thread count: at least 1.5x the composite's speed at n <= 64 and 1.15x at "
         "n >= 512, forward+backward; never slower than torch.compile of the composite, forward "
         "and forward+backward; within 10 % of the floor at n >= 2048, forward+backward; "
-        "within 5 % of the GEMMs alone at n >= 512, forward and forward+backward; peak memory "
+        "within 5 % of the GEMMs alone at n >= 512, forward and forward+backward; in the "
+        "contended case, at 2 threads, at most 1.00x the floor at n >= 2048, forward+backward, "
+        "with one busy-loop process beside the run and without; peak memory "
         "at most 0.75x the composite's, at most 0.60x PR 4's unfused path's and at most "
         f"1.30x the {OUTPUT}'s own size (no n x n temporary beyond a). Each ratio is shown as "
         "measured, and a target is met only if that number meets it.",
@@ -186,6 +192,12 @@ def summary(results: dict) -> list[str]:
             f"- {at}, forward, native / GEMMs alone: "
             f"{series(results, 'gemms', count, inverse=True, name=FWD)}",
         ]
+    for condition, text in CONDITION_TEXT.items() if "contended" in results else ():
+        found = [f"{shown} at {fmt_size(r['size'])}" for r, shown
+                 in contended_ratios(results["contended"]) if r["condition"] == condition]  # fmt: skip
+        at = fmt_threads(results["contended"]["threads"])
+        lines.append(f"- {at}, forward+backward, {condition} ({text}), native / floor: "
+                     f"{'; '.join(found) or 'n/a'}")  # fmt: skip
     lines += [
         f"- peak memory, native / composite: {by_composite.shown}",
         f"- peak memory, native / PR 4's unfused path: {by_unfused.shown}",
@@ -212,6 +224,53 @@ def summary(results: dict) -> list[str]:
             f"- tanh's targets: {tally(tanh)}" + (f"; not met: {'; '.join(missed)}" * bool(missed)),
         ]
     return [*lines, ""]
+
+
+CONDITION_TEXT = {"uncontended": "nothing beside the run",
+                  "contended": "one busy-loop process beside the run"}  # fmt: skip
+
+
+def contended_ratios(contended: dict | None) -> list[tuple[dict, str]]:
+    """Each row of the contended case with its native / floor, shown as its target's verdict
+    reads it where one applies."""
+    held = {c.where: c for c in contended_checks(contended)}
+    found = []
+    for r in (contended or {}).get("rows", []):
+        check = held.get(contended_where(r))
+        found.append((r, check.shown if check else fmt_ratio(ratio(r["ms"], "native", "floor"))))
+    return found
+
+
+def contended_section(contended: dict | None) -> list[str]:
+    """The contended case's table: native and the floor per size, alone and beside one
+    busy-loop process, with the load average at the phase's start and end."""
+    if not contended:
+        return []
+    rows = [[fmt_size(r["size"]), str(r["threads"]), r["condition"], fmt_ms(r["ms"]["native"]),
+             fmt_ms(r["ms"]["floor"]), shown] for r, shown in contended_ratios(contended)]  # fmt: skip
+    start, busy, end = contended["load"]
+    header = [LABELS["native"], LABELS["floor"], "native / floor"]
+    early = "" if contended["busy_loop_throughout"] else (
+        " Note: the busy loop reached its deadline before the contended rounds ended: some of "
+        "them ran uncontended."
+    )  # fmt: skip
+    return [
+        "",
+        "## Contended: one busy-loop process beside the run",
+        "",
+        f"Native torch.attn's forward+backward and the floor (as above) at "
+        f"{fmt_threads(contended['threads'])}, in one process of their own, the steps "
+        "interleaved round by round and timed as above: every round first with nothing beside "
+        "the run (uncontended), then every round again while one busy-loop process runs "
+        "beside it (contended): `python -c` of a `while` loop that does nothing else, started "
+        "by this phase when the uncontended rounds end and killed when the contended ones do "
+        f"(it would exit by itself after {contended['busy_loop_s']:.0f} s: "
+        f"{COMPETITOR_GRACE_S:g} s plus {COMPETITOR_FACTOR}x the uncontended rounds' time). "
+        f"1-minute load average {start:.1f} at the phase's start, {busy:.1f} when the busy "
+        f"loop had started, {end:.1f} at the phase's end." + early,
+        "",
+        table(["n, d, dv", "threads", "condition", *header], rows),
+    ]
 
 
 # The tanh table's times (by column) and ratios (column: numerator, denominator).

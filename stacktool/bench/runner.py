@@ -1,6 +1,6 @@
-"""`./stack bench [--quick] [--out DIR]`: every phase in order (attn timing, peak memory, and
-in the full run the tanh table, tanh's accuracy), each in worker processes, then bench.md,
-bench.json and bench.png."""
+"""`./stack bench [--quick] [--out DIR]`: every phase in order (attn timing, the contended
+case, peak memory, and in the full run the tanh table, tanh's accuracy), each in worker
+processes, then bench.md, bench.json and bench.png."""
 
 import json
 import time
@@ -9,7 +9,8 @@ from pathlib import Path
 
 from stacktool import tanh_accuracy
 from stacktool.bench.attn import PROFILE_ENV
-from stacktool.bench.common import FULL, LABELS, QUICK, fmt_size, say
+from stacktool.bench.common import FULL, LABELS, QUICK, fmt_size, fmt_threads, say
+from stacktool.bench.contended import CONTENDED_QUICK_SIZES, CONTENDED_SIZES, CONTENDED_THREADS
 from stacktool.bench.memory import MEMORY_ENV, MEMORY_METHODS, MEMORY_SIZE
 from stacktool.bench.report import report
 from stacktool.bench.tanh import tanh_speed
@@ -20,8 +21,8 @@ QUICK_MEMORY_METHODS = ("native", "composite", "unfused")  # what the memory tar
 
 
 def run(layout: Layout, out_dir: Path, quick: bool) -> int:
-    """Time every method, measure peak memory, and (full run) time and check tanh, profile
-    the native op; write bench.md, bench.json and bench.png."""
+    """Time every method, time the contended case, measure peak memory, and (full run) time
+    and check tanh, profile the native op; write bench.md, bench.json and bench.png."""
     started = time.monotonic()
     settings = QUICK if quick else FULL
 
@@ -35,6 +36,16 @@ def run(layout: Layout, out_dir: Path, quick: bool) -> int:
                     env=PROFILE_ENV)  # fmt: skip
     if timing is None:
         return 1
+    results = {"timing": timing}
+    if timing["has_native"]:
+        sizes = CONTENDED_QUICK_SIZES if quick else CONTENDED_SIZES
+        log(f"contended: native torch.attn and the floor, forward+backward at n, d, dv = "
+            f"{'; '.join(map(fmt_size, sizes))}, {fmt_threads(CONTENDED_THREADS)}: alone, then "
+            "beside one busy-loop process (one process)")  # fmt: skip
+        results["contended"] = worker(layout, "contended", str(layout.fork),
+                                      *(["--quick"] if quick else []))  # fmt: skip
+        if results["contended"] is None:
+            return 1
     mb = {}
     for method in QUICK_MEMORY_METHODS if quick else MEMORY_METHODS:
         if method in ("native", "unfused") and not timing["has_native"]:
@@ -44,7 +55,7 @@ def run(layout: Layout, out_dir: Path, quick: bool) -> int:
         if found is None:
             return 1
         mb[method] = found["mb"]
-    results = {"timing": timing, "memory": {"size": MEMORY_SIZE, "mb": mb}}
+    results["memory"] = {"size": MEMORY_SIZE, "mb": mb}
     if not quick:
         results["tanh"] = tanh_speed(layout, log)
         if results["tanh"] is None:

@@ -80,6 +80,9 @@ TIME_TARGETS = (  # each at every thread count
     # within 5% of the GEMMs alone, forward and forward+backward
     Target("gemms", lambda n: n >= 512, 1.05, at_least=False, passes=(FWD, FWD_BWD)),
 )
+# The contended case (contended.py), with one busy-loop process beside the run and without:
+# native forward+backward at most 1.0x PR 4's ATen calls (the floor)
+CONTENDED_TARGETS = (Target("floor", lambda n: n >= 2048, 1.0, at_least=False),)
 MEMORY_TARGETS = (  # peak memory at MEMORY_SIZE
     Target("composite", lambda n: True, 0.75, at_least=False),
     # PR 6's issue: at most 0.6x the peak of PR 4's unfused kernel and derivative
@@ -89,9 +92,24 @@ MEMORY_TARGETS = (  # peak memory at MEMORY_SIZE
 )
 
 
+def contended_where(row: dict) -> str:
+    """Where a row of the contended case is: "2048, 64, 64 forward+backward, 2 threads,
+    contended"."""
+    where = f"{fmt_size(row['size'])} {row['pass']}, {fmt_threads(row['threads'])}"
+    return f"{where}, {row['condition']}"
+
+
+def contended_checks(contended: dict | None) -> list[Check]:
+    """The contended case's targets where they apply, row by row (size and condition)."""
+    return [target.check(contended_where(row), row["ms"])
+            for row in (contended or {}).get("rows", [])
+            for target in CONTENDED_TARGETS if target.applies(row["size"][0])]  # fmt: skip
+
+
 def attn_checks(results: dict) -> list[Check]:
-    """torch.attn's targets where they apply: times by size, thread count and pass, then
-    peak memory (against the composite's and against the attn output's own size)."""
+    """torch.attn's targets where they apply: times by size, thread count and pass, the
+    contended case's, then peak memory (against the composite's and against the attn
+    output's own size)."""
     found = []
     for row in results["timing"]["rows"]:
         size = tuple(row["size"])
@@ -99,6 +117,7 @@ def attn_checks(results: dict) -> list[Check]:
         for target in TIME_TARGETS:
             if row["pass"] in target.passes and target.applies(size[0]):
                 found.append(target.check(where, row["ms"]))
+    found += contended_checks(results.get("contended"))
     memory = results["memory"]
     mb = {**memory["mb"], OUTPUT: output_mb(memory["size"])}
     where = f"{fmt_size(memory['size'])} peak memory"

@@ -35,6 +35,17 @@ def results(rows, mb, has_native=True, **more):
     return {"timing": timing(rows, has_native), "memory": mb, **more}
 
 
+def contended_row(size, condition, native, floor, threads=2):
+    return {"size": list(size), "threads": threads, "pass": FWD_BWD, "condition": condition,
+            "ms": {"native": native, "floor": floor},
+            "rounds_ms": {"native": [native], "floor": [floor]}}  # fmt: skip
+
+
+def contended(rows, load=(0.52, 1.04, 1.61), throughout=True):
+    return {"threads": 2, "load": list(load), "busy_loop_s": 95.0,
+            "busy_loop_throughout": throughout, "rows": rows}  # fmt: skip
+
+
 def tanh_row(capability, case, threads, old, new, sleef=None, vectorized=None, copy=None):
     ms = {"v2.6.0": old, "this stack": new}
     for name, value in (("Sleef u10", sleef), (VECTORIZED, vectorized), ("copy", copy)):

@@ -4,7 +4,15 @@ import unittest
 
 from stacktool.bench.common import FULL, FWD, QUICK
 from stacktool.bench.report import report, summary
-from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, tanh_table
+from stacktool.tests.bench_fixtures import (
+    contended,
+    contended_row,
+    memory,
+    results,
+    row,
+    tanh_row,
+    tanh_table,
+)
 
 
 class ReportTest(unittest.TestCase):
@@ -116,6 +124,44 @@ class ReportTest(unittest.TestCase):
                       text)  # fmt: skip
         self.assertNotIn("native torch.attn |", text.split("| method |")[1].split("Targets")[0])
         self.assertIn("torch.attn: 0 met, 0 not met, 5 n/a.", text)
+
+    def test_contended_table_load_averages_targets_and_summary(self):
+        rows = [contended_row((2048, 64, 64), "uncontended", 20.0, 21.0),
+                contended_row((2048, 64, 64), "contended", 40.016, 40.0),
+                contended_row((4096, 128, 128), "uncontended", 240.0, 250.0),
+                contended_row((4096, 128, 128), "contended", 600.0, 500.0)]  # fmt: skip
+        text = report(results([], memory(10.0), contended=contended(rows)), FULL)
+        self.assertIn("## Contended: one busy-loop process beside the run\n", text)
+        self.assertIn("1-minute load average 0.5 at the phase's start, 1.0 when the busy loop "
+                      "had started, 1.6 at the phase's end.", text)  # fmt: skip
+        self.assertIn("(it would exit by itself after 95 s: 60 s plus 10x the uncontended "
+                      "rounds' time)", text)  # fmt: skip
+        self.assertNotIn("reached its deadline", text)
+        self.assertIn("| n, d, dv | threads | condition | native torch.attn | floor "
+                      "| native / floor |\n", text)  # fmt: skip
+        self.assertIn("| 2048, 64, 64 | 2 | uncontended | 20 | 21 | 0.952 |\n", text)
+        # shown as its verdict reads it: 1.0004, not 1.000
+        self.assertIn("| 2048, 64, 64 | 2 | contended | 40 | 40 | 1.0004 |\n", text)
+        self.assertIn("| 4096, 128, 128 | 2 | contended | 600 | 500 | 1.200 |\n", text)
+        self.assertIn("| native / floor <= 1.00 | 2048, 64, 64 forward+backward, 2 threads, "
+                      "contended | 1.0004 | not met |", text)  # fmt: skip
+        self.assertIn("in the contended case, at 2 threads, at most 1.00x the floor", text)
+        self.assertIn("- 2 threads, forward+backward, uncontended (nothing beside the run), "
+                      "native / floor: 0.952 at 2048, 64, 64; 0.960 at 4096, 128, 128\n", text)  # fmt: skip
+        self.assertIn("- 2 threads, forward+backward, contended (one busy-loop process beside "
+                      "the run), native / floor: 1.0004 at 2048, 64, 64; 1.200 at 4096, 128, "
+                      "128\n", text)  # fmt: skip
+        self.assertIn("torch.attn: 5 met, 2 not met, 0 n/a.", text)  # 4 contended, 3 memory
+        # the quick run's size has no target; a busy loop gone early is said
+        rows = [contended_row((512, 64, 64), "uncontended", 1.0, 1.25),
+                contended_row((512, 64, 64), "contended", 3.0, 2.0)]  # fmt: skip
+        text = report(results([], memory(10.0), contended=contended(rows, throughout=False)),
+                      QUICK)  # fmt: skip
+        self.assertIn("| 512, 64, 64 | 2 | contended | 3 | 2 | 1.500 |\n", text)
+        self.assertIn("Note: the busy loop reached its deadline before the contended rounds "
+                      "ended", text)  # fmt: skip
+        self.assertIn("torch.attn: 3 met, 0 not met, 0 n/a.", text)
+        self.assertNotIn("## Contended", report(results([], memory(10.0)), QUICK))
 
     def test_accuracy_and_profile_sections(self):
         accuracy = [

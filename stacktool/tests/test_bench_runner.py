@@ -14,11 +14,11 @@ from stacktool import tanh_accuracy
 from stacktool.bench import runner, workers
 from stacktool.config import Layout
 from stacktool.suites import Result
-from stacktool.tests.bench_fixtures import row, timing
+from stacktool.tests.bench_fixtures import contended, contended_row, row, timing
 
 
 class RunTest(unittest.TestCase):
-    def run_bench(self, quick: bool):
+    def run_bench(self, quick: bool, has_native: bool = True):
         """bench.run with its workers faked (by what each writes); (spawned, phases, files)."""
         layout = Layout(Path("/nonexistent"))
         spawned = []
@@ -27,7 +27,10 @@ class RunTest(unittest.TestCase):
             command, args = cmd[3], cmd[4:]
             spawned.append((command, args, env))
             if command == "timing":
-                result = timing([row((2, 3, 4), 1.0, 2.0, 2.0, floor=0.5)])
+                result = timing([row((2, 3, 4), 1.0, 2.0, 2.0, floor=0.5)], has_native)
+            elif command == "contended":
+                result = contended([contended_row((512, 64, 64), c, 1.0, 1.0)
+                                    for c in ("uncontended", "contended")])  # fmt: skip
             elif command == "memory":
                 result = {"method": args[-1], "mb": 10.0}
             elif command == "tanh":
@@ -67,16 +70,26 @@ class RunTest(unittest.TestCase):
         return spawned, phases[:-2], report
 
     def test_quick_run_names_each_phase(self):
-        spawned, phases, _ = self.run_bench(quick=True)
-        self.assertEqual([name for name, _, _ in spawned], ["timing", "memory", "memory", "memory",
-                                                         "plot"])  # fmt: skip
+        spawned, phases, report = self.run_bench(quick=True)
+        self.assertEqual([name for name, _, _ in spawned], ["timing", "contended", "memory",
+                                                         "memory", "memory", "plot"])  # fmt: skip
+        self.assertEqual(spawned[1][1][1:], ["/nonexistent/pytorch", "--quick"])
+        self.assertIn("| 512, 64, 64 | 2 | contended |", report)
         self.assertEqual(phases, [
             "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
             "(one process)",
+            "contended: native torch.attn and the floor, forward+backward at n, d, dv = "
+            "512, 64, 64, 2 threads: alone, then beside one busy-loop process (one process)",
             "peak memory: native torch.attn (a fresh process)",
             "peak memory: composite (eager) (a fresh process)",
             "peak memory: PR 4's unfused path (a fresh process)",
         ])  # fmt: skip
+
+    def test_without_torch_attn_there_is_no_contended_case(self):
+        spawned, phases, report = self.run_bench(quick=True, has_native=False)
+        self.assertEqual([name for name, _, _ in spawned], ["timing", "memory", "plot"])
+        self.assertFalse([p for p in phases if p.startswith("contended")])
+        self.assertNotIn("## Contended", report)
 
     def test_full_run_times_tanh_per_capability_and_checks_accuracy(self):
         spawned, phases, report = self.run_bench(quick=False)
@@ -100,6 +113,11 @@ class RunTest(unittest.TestCase):
             "tanh float32, all 2^32 inputs [avx2]: max 1 ULP",
         ])  # fmt: skip
         self.assertEqual(len([p for p in phases if p.startswith("peak memory")]), 6)
+        self.assertEqual([args[1:] for name, args, _ in spawned if name == "contended"],
+                         [["/nonexistent/pytorch"]])  # fmt: skip
+        self.assertIn("contended: native torch.attn and the floor, forward+backward at n, d, dv "
+                      "= 2048, 64, 64; 4096, 128, 128, 2 threads: alone, then beside one "
+                      "busy-loop process (one process)", phases)  # fmt: skip
         self.assertIn("| avx2 | contiguous | 1 | 2 | 2 | 1 | 1 | 1 | 2.000 | 2.000 | 1.000 "
                       "| 1.000 |", report)  # fmt: skip
         self.assertIn("; avx512: skipped, this CPU lacks it.", report)

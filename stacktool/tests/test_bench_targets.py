@@ -4,7 +4,16 @@ import unittest
 
 from stacktool.bench import targets
 from stacktool.bench.common import FWD, FWD_BWD, SIZES
-from stacktool.tests.bench_fixtures import memory, results, row, tanh_row, tanh_table, verdicts
+from stacktool.tests.bench_fixtures import (
+    contended,
+    contended_row,
+    memory,
+    results,
+    row,
+    tanh_row,
+    tanh_table,
+    verdicts,
+)
 
 
 class ChecksTest(unittest.TestCase):
@@ -93,6 +102,30 @@ class ChecksTest(unittest.TestCase):
             ("compile / native >= 1.00", "512, 64, 64 forward, 2 threads", "met"),
             ("native / gemms <= 1.05", "512, 64, 64 forward, 2 threads", "met"),  # 1.042
         ])  # fmt: skip
+
+    def test_contended_case_native_at_most_the_floor_at_n_2048_and_4096_both_conditions(self):
+        rows = [
+            contended_row((512, 64, 64), "uncontended", 9.0, 5.0),  # no target at n = 512
+            contended_row((512, 64, 64), "contended", 9.0, 5.0),
+            contended_row((2048, 64, 64), "uncontended", 20.0, 20.0),  # 1.000: met
+            contended_row((2048, 64, 64), "contended", 40.016, 40.0),  # 1.0004: not met
+            contended_row((4096, 128, 128), "uncontended", 240.0, 250.0),  # 0.960
+            contended_row((4096, 128, 128), "contended", 600.0, 500.0),  # 1.200
+        ]  # fmt: skip
+        found = targets.checks(results([], memory(10.0), contended=contended(rows)))
+        fb = f"{FWD_BWD}, 2 threads"
+        self.assertEqual(verdicts(found)[:-3], [  # before the memory three
+            ("native / floor <= 1.00", f"2048, 64, 64 {fb}, uncontended", "met"),
+            ("native / floor <= 1.00", f"2048, 64, 64 {fb}, contended", "not met"),
+            ("native / floor <= 1.00", f"4096, 128, 128 {fb}, uncontended", "met"),
+            ("native / floor <= 1.00", f"4096, 128, 128 {fb}, contended", "not met"),
+        ])  # fmt: skip
+        self.assertEqual([c.shown for c in found[:4]], ["1.000", "1.0004", "0.960", "1.200"])
+        # a run without the case (no torch.attn, or an older bench.json) has none of them
+        self.assertEqual(len(targets.checks(results([], memory(10.0)))), 3)
+        missing = contended([contended_row((2048, 64, 64), "contended", None, 40.0)])
+        self.assertEqual(verdicts(targets.contended_checks(missing)),
+                         [("native / floor <= 1.00", f"2048, 64, 64 {fb}, contended", "n/a")])  # fmt: skip
 
     def test_ratios_shown_as_measured_and_never_rounded_into_met(self):
         def check(ratio, bound, at_least):
