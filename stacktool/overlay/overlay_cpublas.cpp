@@ -6,9 +6,13 @@
 // Same steps here as there for a build with BLAS: normalize_last_dims, then BLAS's
 // sgemm_ / dgemm_ (the wheel's MKL, which libtorch_cpu exports) when the sizes suit it,
 // else gemm_stub (exported). Upstream's float overload first offers the product to
-// oneDNN's bf32 gemm, which takes it only when the float32 matmul precision is not
-// "highest"; stack kernels that call this fall back to at::mm at other precisions. The
-// library is compiled with -fvisibility=hidden, so these stay private to it.
+// oneDNN's bf32 gemm (mkldnn_bf32_gemm), which takes it only at float32 matmul precision
+// "medium" on a CPU with bf16 support; neither it nor its CPU check is exported, so at
+// "medium" the product goes to at::addmm_out instead, whose CPU kernel makes the same
+// choice (oneDNN's bf32 matmul there, else the same BLAS call). The library is compiled
+// with -fvisibility=hidden, so these stay private to it.
+#include <ATen/Context.h>
+#include <ATen/Functions.h>
 #include <ATen/native/CPUBlas.h>
 
 #include <algorithm>
@@ -78,9 +82,30 @@ void gemm(TransposeType transa, TransposeType transb, int64_t m, int64_t n, int6
   blas_or_stub(dgemm_, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+namespace {
+// c = alpha op(a) op(b) + beta c (column-major) by at::addmm_out over row-major views:
+// c^T = op(b)^T op(a)^T. As BLAS, beta = 0 ignores c's contents.
+void addmm_gemm(TransposeType transa, TransposeType transb, int64_t m, int64_t n, int64_t k,
+                float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                float beta, float* c, int64_t ldc) {
+  const auto view = [](const float* data, int64_t rows, int64_t cols, int64_t ld,
+                       bool transposed) {
+    return at::from_blob(const_cast<float*>(data), {rows, cols},
+                         {transposed ? 1 : ld, transposed ? ld : 1}, at::kFloat);
+  };
+  auto c_t = view(c, n, m, ldc, false);
+  at::addmm_out(c_t, c_t, view(b, n, k, ldb, transb != TransposeType::NoTranspose),
+                view(a, k, m, lda, transa != TransposeType::NoTranspose), beta, alpha);
+}
+} // namespace
+
 void gemm(TransposeType transa, TransposeType transb, int64_t m, int64_t n, int64_t k,
           const float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
           const float beta, float* c, int64_t ldc) {
+  if (at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::MEDIUM) {
+    addmm_gemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   blas_or_stub(sgemm_, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
