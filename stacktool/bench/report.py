@@ -17,17 +17,20 @@ from stacktool.bench.common import (
 )
 from stacktool.bench.contended import COMPETITOR_FACTOR, COMPETITOR_GRACE_S
 from stacktool.bench.memory import MEMORY_WARM_SIZE, output_mb
-from stacktool.bench.tanh import FLOAT_TANH, TANH_CASES, VECTORIZED
+from stacktool.bench.tanh import FLOAT_TANH, IN_CACHE, PER_ELEMENT, TANH_CASES, VECTORIZED
 from stacktool.bench.targets import (
     COPY_BOUND,
     NOT_SLOWER,
     OUTPUT,
+    VML_BOUND,
+    VML_CASES,
     Check,
     attn_checks,
     checks,
     contended_checks,
     contended_where,
     tanh_checks,
+    tanh_intel,
     tanh_row_checks,
 )
 
@@ -208,21 +211,43 @@ def summary(results: dict) -> list[str]:
     tanh = tanh_checks(results.get("tanh"))
     if tanh:
 
-        def contiguous(kind: str) -> str:
-            """This ratio of the contiguous case at 1 thread, per capability."""
+        def at_one_thread(case: str, kind: str) -> str:
+            """This target's ratio in this case at 1 thread, per capability."""
             return ", ".join(f"{c.shown} {c.where.rsplit(', ', 1)[1]}" for c in tanh
-                             if c.where.startswith("tanh contiguous, 1 thread,")
-                             and c.text.startswith(kind))  # fmt: skip
+                             if c.where.startswith(f"tanh {case}, 1 thread,")
+                             and c.text.startswith(f"{kind} "))  # fmt: skip
 
         missed = [f"{c.where.removeprefix('tanh ')} ({c.shown} for {c.text})"
                   for c in tanh if c.verdict == "not met"]  # fmt: skip
+        unread = f" ({UNREAD})" * (not results["tanh"]["reads_float_tanh"])
         lines += [
-            "- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: " + contiguous("v2.6.0"),
+            "- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: "
+            + at_one_thread("contiguous", "v2.6.0 / this stack"),
             "- tanh contiguous 2048 x 2048, 1 thread, vectorized / copy: "
-            + contiguous("vectorized")
-            + f" ({UNREAD})" * (not results["tanh"]["reads_float_tanh"]),
-            f"- tanh's targets: {tally(tanh)}" + (f"; not met: {'; '.join(missed)}" * bool(missed)),
+            + at_one_thread("contiguous", "vectorized / copy")
+            + unread,
         ]
+        in_cache = [r for r in results["tanh"]["rows"] if r["case"] == IN_CACHE]
+        if in_cache:  # not in a run from before the row was added
+            times = "; ".join(
+                " / ".join(tanh_time(r, column) for column in IN_CACHE_TIMES)
+                + f" {r['capability']}" for r in in_cache
+            )  # fmt: skip
+            lines += [
+                f"- tanh in cache ({PER_ELEMENT[IN_CACHE]} floats), 1 thread, ns per element, "
+                f"{' / '.join(IN_CACHE_TIMES)}: {times}",
+                f"- tanh in cache ({PER_ELEMENT[IN_CACHE]} floats), 1 thread, v2.6.0 / this "
+                "stack: " + at_one_thread(IN_CACHE, "v2.6.0 / this stack"),
+            ]
+        if tanh_intel(results["tanh"]):
+            lines += [
+                f"- tanh {case}, 1 thread, vectorized / v2.6.0 (an Intel CPU's VML): "
+                + at_one_thread(case, "vectorized / v2.6.0")
+                + unread
+                for case in VML_CASES
+            ]
+        lines.append(f"- tanh's targets: {tally(tanh)}"
+                     + (f"; not met: {'; '.join(missed)}" * bool(missed)))  # fmt: skip
     return [*lines, ""]
 
 
@@ -280,45 +305,65 @@ TANH_RATIOS = {
     "Sleef / this stack": ("Sleef u10", "this stack"),
     "this stack / copy": ("this stack", "copy"),
     "vectorized / copy": (VECTORIZED, "copy"),
+    "vectorized / v2.6.0": (VECTORIZED, "v2.6.0"),
 }
 UNREAD = f"this stack's build does not read {FLOAT_TANH}: its vectorized column is what users get"
+IN_CACHE_TIMES = ("v2.6.0", "this stack", "copy")  # the in-cache times the Summary gives
+
+
+def tanh_time(row: dict, column: str) -> str:
+    """One time of the tanh table: ms per call, or ns per element in PER_ELEMENT's cases."""
+    ms, elements = row["ms"].get(column), PER_ELEMENT.get(row["case"])
+    return fmt_ms(ms * 1e6 / elements if ms is not None and elements else ms)
+
+
+def tanh_case(case: str) -> str:
+    """A case's name in the table, which says where its times are per element."""
+    return f"{case} (ns per element)" if case in PER_ELEMENT else case
 
 
 def tanh_section(tanh: dict | None) -> list[str]:
     if not tanh:
         return []
     rows = []
+    intel = tanh_intel(tanh)
     for r in tanh["rows"]:
-        held = tanh_row_checks(r)  # a ratio with a target is shown as its verdict reads it
+        held = tanh_row_checks(r, intel)  # a ratio with a target is shown as its verdict reads it
         ratios = [held[name].shown if name in held else fmt_ratio(ratio(r["ms"], *pair))
                   for name, pair in TANH_RATIOS.items()]  # fmt: skip
-        rows.append([r["capability"], r["case"], str(r["threads"]),
-                     *(fmt_ms(r["ms"].get(column)) for column in TANH_TIMES), *ratios])  # fmt: skip
+        rows.append([r["capability"], tanh_case(r["case"]), str(r["threads"]),
+                     *(tanh_time(r, column) for column in TANH_TIMES), *ratios])  # fmt: skip
     skipped = [c for c in tanh_accuracy.CAPABILITIES if c not in tanh["capabilities"]]
     cases = "; ".join(f"{name}: {text}" for name, text in TANH_CASES.items())
+    per_element = "; ".join(f"the {name} case's times in ns per element (ms per call x 10^6 / "
+                            f"{count})" for name, count in PER_ELEMENT.items())  # fmt: skip
+    vendor = tanh.get("cpu_vendor") or "not known"
     found = tanh_checks(tanh)
     return [
         "",
         "## CPU tanh: PR 5 against v2.6.0, Sleef and a copy",
         "",
         f"`torch.tanh(x, out=y)`, y contiguous, ms per call (median, timed as above) at 1 "
-        f"thread, and the contiguous case at {max(r['threads'] for r in tanh['rows'])} too. "
+        f"thread, and the contiguous case at {max(r['threads'] for r in tanh['rows'])} too; "
+        f"{per_element}, its row's name says so (bench.json keeps ms per call for every case). "
         f"The cases (standard normal values, float32 unless said): {cases}. v2.6.0: the "
         "wheel's own torch (MKL VML's tanh for float, Sleef for bfloat16 and float16); Sleef "
         "u10: Vectorized<float>::tanh in v2.6.0's own iterator loop, what v2.6.0's builds "
         "without MKL (aarch64) run, compiled here per capability against the wheel's headers "
         "(none at default, whose Vectorized<float>::tanh is std::tanh); this stack: PR 5's "
-        f"kernel through the overlay as users get it, {FLOAT_TANH} unset (float: VML on Intel "
-        f"CPUs, PR 5's vectorized kernel elsewhere); {VECTORIZED}: the same with "
-        f"{FLOAT_TANH}=vectorized (avx2 and avx512 only: the default build keeps v2.6.0's "
-        "code); copy: `y.copy_(x)`, the same input into the same output at 1 thread, what "
-        "moving the data alone takes, timed in the vectorized column's process where there is "
-        "one (so that the copy target's ratio comes from one process), else in this stack's. "
-        "Each build, setting and ATEN_CPU_CAPABILITY runs in a process of its own (Sleef in "
-        "v2.6.0's), capabilities as this CPU reports them"
+        f"kernel through the overlay as users get it, {FLOAT_TANH} unset (float: PR 5's "
+        "vectorized kernel at avx2 and avx512 on every x86 CPU, Intel's included; VML only "
+        f"with {FLOAT_TANH}=vml); {VECTORIZED}: the same with {FLOAT_TANH}=vectorized, so the "
+        "same kernel as this stack's column, which is the one users get (avx2 and avx512 only: "
+        "the default build keeps v2.6.0's code); copy: `y.copy_(x)`, the same input into the "
+        "same output at 1 thread, what moving the data alone takes, timed in the vectorized "
+        "column's process where there is one (so that the copy target's ratio comes from one "
+        "process), else in this stack's. Each build, setting and ATEN_CPU_CAPABILITY runs in a "
+        "process of its own (Sleef in v2.6.0's), capabilities as this CPU reports them"
         + (f"; {', '.join(skipped)}: skipped, this CPU lacks it" if skipped else "")
         + ". Ratios are one column's time over another's: v2.6.0 / this stack above 1, this "
-        "stack is faster; kernel / copy, how many copies' time the kernel takes."
+        "stack is faster; kernel / copy, how many copies' time the kernel takes; vectorized / "
+        "v2.6.0 below 1, the vectorized kernel is faster than v2.6.0's."
         + ("" if tanh["reads_float_tanh"] else f" Note: {UNREAD}."),
         "",
         table(["capability", "case", "threads", *TANH_TIMES, *TANH_RATIOS], rows),
@@ -327,7 +372,12 @@ def tanh_section(tanh: dict | None) -> list[str]:
         f"v2.6.0 / this stack >= {NOT_SLOWER:.2f} for every case at every capability ("
         f"{NOT_SLOWER} for the noise of these machines); contiguous float32 at 1 thread with "
         f"{FLOAT_TANH}=vectorized at most {COPY_BOUND:.2f}x the copy's time, with AVX2 and "
-        "with AVX512.",
+        f"with AVX512; on Intel CPUs only (informational), with {FLOAT_TANH}=vectorized at "
+        f"most {VML_BOUND:.2f}x v2.6.0's time (its VML) at 1 thread, {' and '.join(VML_CASES)}, "
+        "with AVX2 and with AVX512, in place of the in-cache issue's \"at most 0.6x today's "
+        "kernel\", which one run cannot compute (no column runs the old kernel). This CPU's "
+        f"vendor: {vendor}, so that target is "
+        + ("applied here." if intel else "not applied here."),
         "",
         targets_table(found),
         "",

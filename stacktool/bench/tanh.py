@@ -1,6 +1,9 @@
 """The tanh table: `torch.tanh(x, out=y)` per case and CPU capability, for v2.6.0 (the wheel's
 own torch), Sleef u10 (in v2.6.0's process), this stack as users get it (ATEN_CPU_FLOAT_TANH
 unset), this stack with ATEN_CPU_FLOAT_TANH=vectorized, and a plain copy `y.copy_(x)`.
+PR 5's kernel runs its vectorized tanh for float on every x86 CPU in the AVX2 and AVX512
+builds unless ATEN_CPU_FLOAT_TANH=vml, so the unset column (what users get) and the vectorized
+one run the same kernel there; both are kept, the first being the one users get.
 
 v2.6.0's tanh runs only in the wheel's own torch (the overlay leaves it alone) and PR 5's
 kernel reads ATEN_CPU_FLOAT_TANH once per process, so each build, setting and capability is
@@ -21,6 +24,7 @@ from stacktool.overlay.compile import CORE_LIB
 
 TANH_CASES = {  # name: what is timed, `torch.tanh(x, out=y)` with y contiguous, float32 unless said
     "contiguous": "x = randn(2048, 2048)",
+    "in cache": "x = randn(16384) (16K floats, 64 KiB: in L2; times in ns per element)",
     "inner stride 2": "x = randn(2048, 4096)[:, ::2] (4M floats)",
     "rows of 17": "x = randn(65536, 64)[:, :17]",
     "rows of 31": "x = randn(65536, 64)[:, :31]",
@@ -29,14 +33,19 @@ TANH_CASES = {  # name: what is timed, `torch.tanh(x, out=y)` with y contiguous,
     "column": "x = randn(4096, 1024)[:, 0] (4096 elements at stride 1024)",
     "permuted": "x = randn(128, 128, 256).permute(2, 0, 1) (no two dims coalesce)",
 }
-# PR 5's kernel picks float's tanh by CPU vendor (VML on Intel, its vectorized one elsewhere)
-# unless this variable says `vml` or `vectorized`; it reads it once per process.
+IN_CACHE = "in cache"  # 16K floats, which stay in L2 from call to call
+# The cases whose times the table gives in ns per element, not ms per call: {case: elements}
+PER_ELEMENT = {IN_CACHE: 16384}
+# PR 5's kernel takes float's tanh with its vectorized kernel on every x86 CPU in the AVX2 and
+# AVX512 builds, unless this variable says `vml` (`vectorized`, unset or empty: its own); it
+# reads it once per process.
 FLOAT_TANH = "ATEN_CPU_FLOAT_TANH"
 VECTORIZED = "this stack, vectorized"  # the column of this stack with FLOAT_TANH=vectorized
 # The capabilities whose builds PR 5 changes (DEFAULT keeps v2.6.0's code, so FLOAT_TANH does
 # nothing there) and where Vectorized<float>::tanh is Sleef's (DEFAULT's is std::tanh).
 VECTORIZED_CAPABILITIES = ("avx2", "avx512")
 COLUMNS = {"sleef": "Sleef u10", "copy": "copy"}  # a worker's other steps, by column
+INTEL = "GenuineIntel"  # /proc/cpuinfo's vendor_id on Intel CPUs
 
 
 def tanh_inputs(torch) -> dict:
@@ -48,6 +57,7 @@ def tanh_inputs(torch) -> dict:
 
     found = {
         "contiguous": randn(2048, 2048),
+        IN_CACHE: randn(PER_ELEMENT[IN_CACHE]),
         "inner stride 2": randn(2048, 4096)[:, ::2],
         "rows of 17": randn(65536, 64)[:, :17],
         "rows of 31": randn(65536, 64)[:, :31],
@@ -60,10 +70,25 @@ def tanh_inputs(torch) -> dict:
     return found
 
 
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """This CPU's vendor_id as /proc/cpuinfo gives it (GenuineIntel, AuthenticAMD), or None
+    where it gives none (torch's get_cpu_capability does not tell the vendor)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "vendor_id":
+            return value.strip()
+    return None
+
+
 def tanh_worker(settings: Settings, sleef_dir: Path | None, copy: bool) -> dict:
     """ms per tanh of each case in this process's torch (which one, at which capability and
     FLOAT_TANH, goes with the result); with `sleef_dir`, Sleef u10's too, built there; with
-    `copy`, `y.copy_(x)`'s at 1 thread."""
+    `copy`, `y.copy_(x)`'s at 1 thread. ms per call for every case, PER_ELEMENT's too (bench.md
+    gives theirs per element)."""
     import torch
     from torch.utils.benchmark import Timer
 
@@ -134,9 +159,10 @@ def reads_float_tanh(layout: Layout) -> bool:
 
 
 def tanh_speed(layout: Layout, log) -> dict | None:
-    """The tanh table: every worker of every capability this CPU has, one process each. Each
-    result says which torch ran, at which capability and FLOAT_TANH, and is refused if that
-    is not what it is labelled with."""
+    """The tanh table: every worker of every capability this CPU has, one process each, and
+    this CPU's vendor (a target applies on Intel CPUs only). Each result says which torch ran,
+    at which capability and FLOAT_TANH, and is refused if that is not what it is labelled
+    with."""
     capabilities = tanh_accuracy.supported(layout)
     found = {}
     for capability in capabilities:
@@ -158,5 +184,6 @@ def tanh_speed(layout: Layout, log) -> dict | None:
     return {
         "capabilities": capabilities,
         "reads_float_tanh": reads_float_tanh(layout),
+        "cpu_vendor": cpu_vendor(),
         "rows": tanh_rows(found),
     }

@@ -54,8 +54,15 @@ def tanh_row(capability, case, threads, old, new, sleef=None, vectorized=None, c
     return {"capability": capability, "case": case, "threads": threads, "ms": ms}
 
 
-def tanh_table(rows, capabilities=("default", "avx2", "avx512"), reads_float_tanh=True):
-    return {"capabilities": list(capabilities), "reads_float_tanh": reads_float_tanh, "rows": rows}
+def tanh_table(rows, capabilities=("default", "avx2", "avx512"), reads_float_tanh=True,
+               cpu_vendor="AuthenticAMD"):  # fmt: skip
+    return {"capabilities": list(capabilities), "reads_float_tanh": reads_float_tanh,
+            "cpu_vendor": cpu_vendor, "rows": rows}  # fmt: skip
+
+
+def per_element(ns):
+    """ms per call of the in-cache case (16384 floats) that takes `ns` per element."""
+    return None if ns is None else ns * 16384 / 1e6
 
 
 def verdicts(found):

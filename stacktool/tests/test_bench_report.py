@@ -8,6 +8,7 @@ from stacktool.tests.bench_fixtures import (
     contended,
     contended_row,
     memory,
+    per_element,
     results,
     row,
     tanh_row,
@@ -115,6 +116,8 @@ class ReportTest(unittest.TestCase):
                       text)  # fmt: skip
         self.assertIn("- tanh's targets: 3 met, 1 not met, 0 n/a; not met: rows of 17, 1 thread, "
                       "avx2 (0.911 for v2.6.0 / this stack >= 0.95)\n", text)  # fmt: skip
+        self.assertNotIn("tanh in cache", text)  # a run without the in-cache row
+        self.assertNotIn("vectorized / v2.6.0", text)  # not an Intel CPU
 
     def test_report_without_native_says_so(self):
         rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5, gemms=0.25)]
@@ -213,6 +216,64 @@ class TanhReportTest(unittest.TestCase):
         self.assertIn("tanh: 4 met, 2 not met, 0 n/a.", text)
         self.assertNotIn("skipped, this CPU lacks it", text)
         self.assertNotIn("does not read ATEN_CPU_FLOAT_TANH", text)
+
+    def in_cache_report(self, vendor):
+        tanh = tanh_table([
+            tanh_row("default", "in cache", 1, per_element(1.2), per_element(1.25),
+                     copy=per_element(0.1)),
+            tanh_row("avx2", "contiguous", 1, 2.0, 1.9, vectorized=2.1, copy=1.4),
+            tanh_row("avx2", "in cache", 1, per_element(0.5), per_element(0.45),
+                     sleef=per_element(0.6), vectorized=per_element(0.45), copy=per_element(0.1)),
+        ], ["default", "avx2"], cpu_vendor=vendor)  # fmt: skip
+        return report(results([], memory(10.0), tanh=tanh), FULL)
+
+    def test_the_in_cache_row_in_ns_per_element_and_the_vml_bound_on_intel(self):
+        text = self.in_cache_report("GenuineIntel")
+        self.assertIn("| vectorized / copy | vectorized / v2.6.0 |\n", text)
+        # ns per element in the in-cache row (ms per call x 10^6 / 16384), ms in the others
+        self.assertIn("| default | in cache (ns per element) | 1 | 1.2 | n/a | 1.25 | n/a | 0.1 "
+                      "| 0.960 | n/a | 12.500 | n/a | n/a |\n", text)  # fmt: skip
+        self.assertIn("| avx2 | in cache (ns per element) | 1 | 0.5 | 0.6 | 0.45 | 0.45 | 0.1 "
+                      "| 1.111 | 1.333 | 4.500 | 4.500 | 0.900 |\n", text)  # fmt: skip
+        self.assertIn("| avx2 | contiguous | 1 | 2 | n/a | 1.9 | 2.1 | 1.4 | 1.053 | n/a | 1.357 "
+                      "| 1.500 | 1.050 |\n", text)  # fmt: skip
+        self.assertIn("the in cache case's times in ns per element (ms per call x 10^6 / "
+                      "16384), its row's name says so", text)  # fmt: skip
+        self.assertIn("| v2.6.0 / this stack >= 0.95 | tanh in cache, 1 thread, default | 0.960 "
+                      "| met |", text)  # fmt: skip
+        self.assertIn("| vectorized / v2.6.0 <= 1.05 | tanh contiguous, 1 thread, avx2 | 1.050 "
+                      "| met |", text)  # fmt: skip
+        self.assertIn("| vectorized / v2.6.0 <= 1.05 | tanh in cache, 1 thread, avx2 | 0.900 "
+                      "| met |", text)  # fmt: skip
+        self.assertIn("This CPU's vendor: GenuineIntel, so that target is applied here.", text)
+        self.assertIn("tanh: 6 met, 0 not met, 0 n/a.", text)
+        self.assertIn("- tanh in cache (16384 floats), 1 thread, ns per element, v2.6.0 / this "
+                      "stack / copy: 1.2 / 1.25 / 0.1 default; 0.5 / 0.45 / 0.1 avx2\n", text)  # fmt: skip
+        self.assertIn("- tanh in cache (16384 floats), 1 thread, v2.6.0 / this stack: 0.960 "
+                      "default, 1.111 avx2\n", text)  # fmt: skip
+        self.assertIn("- tanh contiguous, 1 thread, vectorized / v2.6.0 (an Intel CPU's VML): "
+                      "1.050 avx2\n", text)  # fmt: skip
+        self.assertIn("- tanh in cache, 1 thread, vectorized / v2.6.0 (an Intel CPU's VML): "
+                      "0.900 avx2\n", text)  # fmt: skip
+
+    def test_elsewhere_the_vml_bound_is_not_applied_but_its_ratio_shown(self):
+        text = self.in_cache_report("AuthenticAMD")
+        self.assertIn("| avx2 | in cache (ns per element) | 1 | 0.5 | 0.6 | 0.45 | 0.45 | 0.1 "
+                      "| 1.111 | 1.333 | 4.500 | 4.500 | 0.900 |\n", text)  # fmt: skip
+        self.assertIn("This CPU's vendor: AuthenticAMD, so that target is not applied here.", text)
+        self.assertNotIn("| vectorized / v2.6.0 <= 1.05 |", text)
+        self.assertNotIn("(an Intel CPU's VML)", text)
+        self.assertIn("tanh: 4 met, 0 not met, 0 n/a.", text)
+
+    def test_the_unset_column_is_the_vectorized_kernel_on_every_x86_cpu(self):
+        text = self.tanh_report()
+        self.assertIn("this stack: PR 5's kernel through the overlay as users get it, "
+                      "ATEN_CPU_FLOAT_TANH unset (float: PR 5's vectorized kernel at avx2 and "
+                      "avx512 on every x86 CPU, Intel's included; VML only with "
+                      "ATEN_CPU_FLOAT_TANH=vml)", text)  # fmt: skip
+        self.assertIn("so the same kernel as this stack's column, which is the one users get",
+                      text)  # fmt: skip
+        self.assertNotIn("VML on Intel", text)
 
     def test_a_missing_capability_and_an_unread_variable_are_said(self):
         text = self.tanh_report(capabilities=["default", "avx2"], reads_float_tanh=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 from unittest import mock
 
 from stacktool import tanh_accuracy
-from stacktool.bench import runner, workers
+from stacktool.bench import runner, tanh, workers
 from stacktool.config import Layout
 from stacktool.suites import Result
 from stacktool.tests.bench_fixtures import contended, contended_row, row, timing
@@ -38,8 +38,9 @@ class RunTest(unittest.TestCase):
                 impls = ["torch"] + [name for name in ("sleef", "copy") if f"--{name}" in args]
                 result = {"torch": "t", "capability": env["ATEN_CPU_CAPABILITY"],
                           "has_attn": not wheel, "float_tanh": env.get("ATEN_CPU_FLOAT_TANH"),
-                          "rows": [{"case": "contiguous", "threads": 1, "impl": impl,
-                                    "ms": 2.0 if wheel else 1.0, "rounds_ms": [2.0]}
+                          "rows": [{"case": case, "threads": 1, "impl": impl,
+                                    "ms": ms * (2 if wheel else 1), "rounds_ms": [2.0]}
+                                   for case, ms in (("contiguous", 1.0), ("in cache", 0.004096))
                                    for impl in impls]}  # fmt: skip
             else:
                 return mock.Mock(returncode=0)  # plot: writes no png here
@@ -56,10 +57,14 @@ class RunTest(unittest.TestCase):
               mock.patch.object(workers.subprocess, "run", fake_run),
               mock.patch.object(tanh_accuracy, "supported", lambda _: ["default", "avx2"]),
               mock.patch.object(tanh_accuracy, "run", accuracy),
+              mock.patch.object(tanh, "cpu_vendor", lambda: "GenuineIntel"),
               contextlib.redirect_stderr(err), contextlib.redirect_stdout(out)):  # fmt: skip
             self.assertEqual(runner.run(layout, Path(tmp), quick=quick), 0)
             written = sorted(path.name for path in Path(tmp).iterdir())
             report = (Path(tmp) / "bench.md").read_text()
+            if not quick:
+                self.assertEqual(json.loads((Path(tmp) / "bench.json").read_text())["tanh"][
+                    "cpu_vendor"], "GenuineIntel")  # fmt: skip
         self.assertEqual(written, ["bench.json", "bench.md"])
         self.assertEqual(out.getvalue(), report + "\n")
         for _, _, env in spawned:  # no "No CUDA runtime is found" from any worker
@@ -104,11 +109,11 @@ class RunTest(unittest.TestCase):
         self.assertEqual([env.get("ATEN_CPU_FLOAT_TANH") for name, _, env in spawned
                           if name == "tanh"], [None, None, None, None, "vectorized"])  # fmt: skip
         self.assertEqual(phases[-7:], [
-            "tanh [default]: v2.6.0 (8 cases, a process of its own)",
-            "tanh [default]: this stack and copy (8 cases, a process of its own)",
-            "tanh [avx2]: v2.6.0 and Sleef u10 (8 cases, a process of its own)",
-            "tanh [avx2]: this stack (8 cases, a process of its own)",
-            "tanh [avx2]: this stack, vectorized and copy (8 cases, a process of its own)",
+            "tanh [default]: v2.6.0 (9 cases, a process of its own)",
+            "tanh [default]: this stack and copy (9 cases, a process of its own)",
+            "tanh [avx2]: v2.6.0 and Sleef u10 (9 cases, a process of its own)",
+            "tanh [avx2]: this stack (9 cases, a process of its own)",
+            "tanh [avx2]: this stack, vectorized and copy (9 cases, a process of its own)",
             "tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)",
             "tanh float32, all 2^32 inputs [avx2]: max 1 ULP",
         ])  # fmt: skip
@@ -119,7 +124,11 @@ class RunTest(unittest.TestCase):
                       "= 2048, 64, 64; 4096, 128, 128, 2 threads: alone, then beside one "
                       "busy-loop process (one process)", phases)  # fmt: skip
         self.assertIn("| avx2 | contiguous | 1 | 2 | 2 | 1 | 1 | 1 | 2.000 | 2.000 | 1.000 "
-                      "| 1.000 |", report)  # fmt: skip
+                      "| 1.000 | 0.500 |\n", report)  # fmt: skip
+        self.assertIn("| avx2 | in cache (ns per element) | 1 | 0.5 | 0.5 | 0.25 | 0.25 | 0.25 "
+                      "| 2.000 | 2.000 | 1.000 | 1.000 | 0.500 |\n", report)  # fmt: skip
+        self.assertIn("| vectorized / v2.6.0 <= 1.05 | tanh in cache, 1 thread, avx2 | 0.500 "
+                      "| met |", report)  # the vendor the runner read: Intel  # fmt: skip
         self.assertIn("; avx512: skipped, this CPU lacks it.", report)
         self.assertIn("does not read ATEN_CPU_FLOAT_TANH", report)  # no build here
         self.assertIn("| tanh float32, all 2^32 inputs [avx2] | passed | max 1 ULP |", report)

@@ -8,6 +8,7 @@ from stacktool.tests.bench_fixtures import (
     contended,
     contended_row,
     memory,
+    per_element,
     results,
     row,
     tanh_row,
@@ -169,7 +170,49 @@ class TanhChecksTest(unittest.TestCase):
 
     def test_the_copy_bound_without_a_vectorized_time_is_na(self):
         row = tanh_row("avx2", "contiguous", 1, 1.46, 1.45, copy=1.0)
-        self.assertEqual(targets.tanh_row_checks(row)["vectorized / copy"].verdict, "n/a")
+        found = targets.tanh_row_checks(row, intel=True)
+        self.assertEqual(found["vectorized / copy"].verdict, "n/a")
+        self.assertEqual(found["vectorized / v2.6.0"].verdict, "n/a")
+
+    # the in-cache case (16384 floats) at 1 thread; ns per element given, ms per call stored
+    ROWS = [
+        tanh_row("default", "in cache", 1, per_element(1.2), per_element(1.25),
+                 copy=per_element(0.1)),  # 0.960: only the not-slower target at default
+        tanh_row("avx2", "contiguous", 1, 2.0, 1.9, vectorized=2.1, copy=1.4),  # 1.050: met
+        tanh_row("avx2", "contiguous", 2, 0.9, 1.0, vectorized=1.0),  # no VML bound at 2 threads
+        tanh_row("avx2", "in cache", 1, per_element(0.5), per_element(0.55),
+                 vectorized=per_element(0.53), copy=per_element(0.1)),  # 0.909, 1.060
+        tanh_row("avx512", "in cache", 1, per_element(0.4), per_element(0.3),
+                 vectorized=per_element(0.3), copy=per_element(0.1)),  # 1.333, 0.750
+        tanh_row("avx512", "rows of 17", 1, 8.0, 1.0, vectorized=1.0),  # not a VML case
+    ]  # fmt: skip
+
+    def test_the_in_cache_row_is_held_to_not_slower_and_on_intel_to_vml(self):
+        found = targets.tanh_checks(tanh_table(self.ROWS, cpu_vendor="GenuineIntel"))
+        self.assertEqual(verdicts(found), [
+            ("v2.6.0 / this stack >= 0.95", "tanh in cache, 1 thread, default", "met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 1 thread, avx2", "met"),
+            ("vectorized / copy <= 1.60", "tanh contiguous, 1 thread, avx2", "met"),  # 1.500
+            ("vectorized / v2.6.0 <= 1.05", "tanh contiguous, 1 thread, avx2", "met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh contiguous, 2 threads, avx2", "not met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh in cache, 1 thread, avx2", "not met"),
+            ("vectorized / v2.6.0 <= 1.05", "tanh in cache, 1 thread, avx2", "not met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh in cache, 1 thread, avx512", "met"),
+            ("vectorized / v2.6.0 <= 1.05", "tanh in cache, 1 thread, avx512", "met"),
+            ("v2.6.0 / this stack >= 0.95", "tanh rows of 17, 1 thread, avx512", "met"),
+        ])  # fmt: skip
+        self.assertEqual([c.shown for c in found if c.text.startswith("vectorized / v2.6.0")],
+                         ["1.050", "1.060", "0.750"])  # fmt: skip
+        self.assertEqual(found[0].shown, "0.960")
+
+    def test_the_vml_bound_applies_on_intel_cpus_only(self):
+        for vendor in ("AuthenticAMD", None):
+            found = targets.tanh_checks(tanh_table(self.ROWS, cpu_vendor=vendor))
+            self.assertEqual(len(found), 7)
+            self.assertFalse([c for c in found if c.text.startswith("vectorized / v2.6.0")])
+        older = tanh_table(self.ROWS)  # a bench.json from before the vendor was recorded
+        del older["cpu_vendor"]
+        self.assertEqual(len(targets.tanh_checks(older)), 7)
 
 
 if __name__ == "__main__":
