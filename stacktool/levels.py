@@ -43,8 +43,10 @@ class Suite:
     `select` is pytest's `-k` ("" runs the whole file); `env` sets the variables that pick
     upstream's test configuration (as CI's jobs set them); `deselect` maps each test id left
     out to the one-line reason; `why` says in one line why this selection, and any skips;
-    `per_capability` runs it under each ATEN_CPU_CAPABILITY the CPU supports (a CPU kernel's
-    every compiled variant), in the AVX2 and AVX512 builds once per float tanh kernel.
+    `per_capability` runs it once per distinct tanh kernel the CPU runs (tanh_accuracy.variants):
+    under ATEN_CPU_CAPABILITY=default, and avx2 and avx512 with ATEN_CPU_FLOAT_TANH=vectorized
+    (a CPU kernel's every compiled variant); `vml` also once with =vml, at the highest of them
+    (the float branch that value takes: VML's code, DEFAULT's results).
     A level's suites with the same `env` run in one pytest process (see batches), each
     counted on its own line; `alone` says why a suite has a process of its own.
     """
@@ -57,6 +59,7 @@ class Suite:
     deselect: dict[str, str] = field(default_factory=dict)
     why: str = ""
     per_capability: bool = False  # once per tanh variant this CPU runs (tanh_accuracy.variants)
+    vml: bool = False  # per capability, also with ATEN_CPU_FLOAT_TANH=vml (its `why` says why)
     alone: str = ""
     reruns: int = 0  # a failed test runs again up to this often, as run_test.py's --reruns=2 on CI
 
@@ -193,18 +196,30 @@ SUITES = (
     Suite("inductor/test_compiled_autograd", "test/inductor/test_compiled_autograd.py",
           "TestCompiledAutograd and (test_basic or test_cache_hit or test_verbose_logs_graph)",
           levels=(4,), why="a sample: generated C++ nodes, their cache key, their origins"),
-    # PR 5 changes the CPU float tanh kernel (tanh_stub): the tests that exercise tanh, under
-    # every CPU capability the kernel is compiled for, as CI's default and avx2 configs do, and
-    # in the AVX2 and AVX512 builds with each float kernel (tanh_accuracy.variants).
-    Suite("test_unary_ufuncs", "test/test_unary_ufuncs.py", "tanh", levels=(5,),
-          per_capability=True, why="tanh, tanh_, out=, the reference and PR 5's accuracy tests"),
-    Suite("test_ops", "test/test_ops.py", "tanh or attn", levels=(5,), per_capability=True,
-          why="OpInfo tests of tanh (and ops whose names contain it) and of attn, which calls it"),
-    Suite("test_nn", "test/test_nn.py", "tanh or RNN or LSTM or GRU", levels=(5,),
-          per_capability=True, why="Tanh modules and the recurrent layers (tanh inside)"),
+    # PR 5 changes the CPU tanh kernel (tanh_stub): the tests that reach it, once per distinct
+    # kernel (tanh_accuracy.variants): the DEFAULT build (v2.6.0's code), the AVX2 and AVX512
+    # builds with PR 5's float kernel (ATEN_CPU_FLOAT_TANH=vectorized; BFloat16 and Half take
+    # it either way, double and complex VML), as CI's default and avx2 configs run every
+    # capability; and the float branch =vml takes in those builds once, at the highest: its
+    # results are VML's, DEFAULT's bit for bit (tanh_accuracy.switched checks every input).
+    # Not atanh nor hardtanh, which `-k tanh` matched: they never reach tanh_stub (their 412,
+    # 156 and 4 tests in these files all pass with ATEN_CPU_FLOAT_TANH=fast, which tanh_kernel
+    # rejects at every call, whatever the dtype; Tanh's own tests fail with it).
+    Suite("test_unary_ufuncs", "test/test_unary_ufuncs.py", "tanh and not atanh and not hardtanh",
+          levels=(5,), per_capability=True, vml=True,
+          why="tanh, tanhshrink, tanh_, out=, the reference, PR 5's tests (both float kernels, in "
+          "subprocesses); also =vml: its float branch"),
+    Suite("test_ops", "test/test_ops.py", "(tanh or attn) and not atanh and not hardtanh",
+          levels=(5,), per_capability=True,
+          why="OpInfo tests of tanh, tanhshrink and attn (its tanh is tanh_stub); not =vml: it "
+          "changes only float tanh's results, to DEFAULT's"),
+    Suite("test_nn", "test/test_nn.py", "(tanh or RNN or LSTM or GRU) and not hardtanh",
+          levels=(5,), per_capability=True,
+          why="Tanh modules and the recurrent layers (tanh inside); not =vml: it changes only "
+          "float tanh's results, to DEFAULT's"),
     # PR 6 adds attn's CPU kernel (native/cpu/AttnKernel.cpp, compiled per CPU capability,
     # its tanh through tanh_stub): PR 2's file, whose TestAttnCPUKernel checks it against the
-    # composite, under every capability and float tanh kernel; and, once (rows above with
+    # composite, under every capability (with PR 5's float tanh kernel); and, once (rows above with
     # level 6), attn's OpInfo suites, whose outputs, gradients (gradcheck's backward runs with
     # grad mode off, so through the kernel), decomposition and inductor graphs it now computes;
     # and, for the op _attn_backward PR 6 adds (what attn's derivative and torch.compile's
@@ -213,7 +228,9 @@ SUITES = (
     # DTensor takes the same code as they, and as create_graph in PR 2's file) or now call it
     # (AOTAutograd's joint graph, DTensor's compiled too).
     Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", levels=(6,),
-          per_capability=True, why="TestAttnCPUKernel and every other attn test, per capability"),
+          per_capability=True,
+          why="TestAttnCPUKernel and every other attn test, per capability; not =vml: it "
+          "changes only float tanh's results, to DEFAULT's"),
     Suite("distributed/_tensor/test_dtensor_compile",
           "test/distributed/_tensor/test_dtensor_compile.py", "attn", levels=(6,),
           why="compiled DTensor attn: its backward graph calls _attn_backward (PR 6's "
@@ -230,7 +247,7 @@ def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Ta
         if not suite.per_capability:
             runs.append((suite.name, suite, suite.env))
             continue
-        for cap, kernel in tanh_accuracy.variants(runnable):
+        for cap, kernel in tanh_accuracy.variants(runnable, vml=suite.vml):
             env = {**suite.env, **tanh_accuracy.variant_env(cap, kernel)}
             runs.append((f"{suite.name} {tanh_accuracy.label(cap, kernel)}", suite, env))
     tasks = []
@@ -292,7 +309,8 @@ def level_6(layout: Layout, log, tasks=()):
 
 def level_5(layout: Layout, log, tasks=()):
     """PR 5: the CPU float tanh kernel; tanh's suites and attn's, the exhaustive check, each
-    per tanh variant; and that ATEN_CPU_FLOAT_TANH's two values ran two kernels."""
+    per distinct tanh kernel (tanh_accuracy.variants); that ATEN_CPU_FLOAT_TANH's two values
+    ran two kernels, and that =vml's float results are DEFAULT's."""
     runnable, found = tanh_accuracy.supported(layout), {}
     exhaustive = tanh_accuracy.tasks(layout, runnable, found)
     results = run_all(layout, [*tasks, *exhaustive, *suite_tasks(layout, 5, runnable)], log)

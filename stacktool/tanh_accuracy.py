@@ -1,16 +1,18 @@
 """The exhaustive accuracy check of CPU float32 `torch.tanh`: every one of the 2^32 inputs.
 
-For each CPU capability this CPU supports (ATEN_CPU_CAPABILITY=default, avx2, avx512, as
-upstream's CI configs set it), and in the AVX2 and AVX512 builds for each float kernel PR 5
-can run (ATEN_CPU_FLOAT_TANH=vml or vectorized; the DEFAULT build keeps v2.6.0's code, where
-the variable does nothing: `variants`), a worker process computes torch.tanh over every
-non-negative float32 bit pattern and counts how far each result is, in ULP (float32 steps),
-from the correctly rounded one: at most 1 is the bar. The correctly rounded result is float64
-tanh rounded to float32, except where it is known exactly (see `expected`). Every negative
-input is checked bitwise against the odd symmetry tanh(-x) = -tanh(x), which also pins
-tanh(-0) = -0; NaN must give NaN. A digest of where a run's results are not correctly
-rounded (a count per chunk of inputs) shows that the variable's two values ran two kernels
-(`switched`).
+Once per distinct float kernel this CPU runs (`variants`): the DEFAULT build (v2.6.0's
+code, MKL's VML for float; ATEN_CPU_FLOAT_TANH does nothing there), PR 5's tanh_float in
+the AVX2 and AVX512 builds (ATEN_CPU_FLOAT_TANH=vectorized; compiled per capability), and
+the `vml` branch of those builds' dispatch once, at the highest of them this CPU runs (its
+float results are VML's, which MKL picks by itself whatever ATEN_CPU_CAPABILITY says), a
+worker process computes torch.tanh over every non-negative float32 bit pattern and counts
+how far each result is, in ULP (float32 steps), from the correctly rounded one: at most 1
+is the bar. The correctly rounded result is float64 tanh rounded to float32, except where
+it is known exactly (see `expected`). Every negative input is checked bitwise against the
+odd symmetry tanh(-x) = -tanh(x), which also pins tanh(-0) = -0; NaN must give NaN. A
+digest of where a run's results are not correctly rounded (a count per chunk of inputs)
+shows that the variable's two values ran two kernels, and one of every result bit shows
+that the `vml` branch computes DEFAULT's float results, bit for bit (`switched`).
 
 The tool runs under the system Python (no torch): `tasks` spawn the venv's Python on this
 module (`python -m stacktool.tanh_accuracy CAPABILITY OUT.json [THREADS]`).
@@ -29,8 +31,8 @@ from stacktool.errors import StackError
 from stacktool.suites import Processes, Result, Task, suite_env
 
 CAPABILITIES = ("default", "avx2", "avx512")
-# PR 5's float kernel in the AVX2 and AVX512 builds, forced by this variable (unset: by the
-# CPU's vendor, VML on Intel CPUs); the DEFAULT build keeps v2.6.0's code and ignores it.
+# PR 5's float kernel in the AVX2 and AVX512 builds, forced by this variable (unset or empty:
+# vectorized); the DEFAULT build keeps v2.6.0's code and ignores it.
 FLOAT_TANH = "ATEN_CPU_FLOAT_TANH"
 FLOAT_KERNELS = ("vml", "vectorized")
 CHUNK = 1 << 22
@@ -65,11 +67,18 @@ def supported(layout: Layout) -> list[str]:
     return [capability for capability in CAPABILITIES if capability in found]
 
 
-def variants(capabilities) -> list[tuple[str, str | None]]:
-    """(capability, float kernel) of each run: DEFAULT once (None: the variable unset, it
-    does nothing there), AVX2 and AVX512 once per FLOAT_KERNELS."""
-    return [(capability, kernel) for capability in capabilities
-            for kernel in ((None,) if capability == "default" else FLOAT_KERNELS)]  # fmt: skip
+def variants(capabilities, vml: bool = True) -> list[tuple[str, str | None]]:
+    """(capability, float kernel) of each run, one per distinct kernel of the capabilities
+    this CPU runs: DEFAULT once (None: the variable unset, it does nothing there), AVX2 and
+    AVX512 each with `vectorized` (tanh_float, compiled per capability; BFloat16 and Half
+    take it under either value), and, with `vml`, the `vml` branch once, at the highest of
+    them: its float results are VML's (MKL's own code, the same at every capability, and
+    DEFAULT's: `switched` checks it), and every computation not in float32 runs there as
+    under `vectorized`."""
+    runs = [(capability, None if capability == "default" else "vectorized")
+            for capability in capabilities]  # fmt: skip
+    avx = [capability for capability in capabilities if capability != "default"]
+    return [*runs, (avx[-1], "vml")] if vml and avx else runs
 
 
 def label(capability: str, kernel: str | None) -> str:
@@ -95,9 +104,12 @@ def tasks(layout: Layout, runnable: list[str], found: dict) -> list[Task]:
 
 
 def skipped(runnable: list[str]) -> list[Result]:
-    """A skipped result per variant of a capability this CPU does not support."""
+    """A skipped result per variant this CPU does not run: `vectorized` at a capability it
+    lacks; the `vml` branch only where it runs no AVX2 or AVX512 build at all."""
+    ran = variants(runnable)
     return [Result(name(cap, kernel), skipped=1, note="this CPU does not support it")
-            for cap, kernel in variants(CAPABILITIES) if cap not in runnable]  # fmt: skip
+            for cap, kernel in variants(CAPABILITIES)
+            if (cap, kernel) not in ran and (kernel != "vml" or len(ran) == 1)]  # fmt: skip
 
 
 def check_variant(
@@ -157,20 +169,31 @@ def run(layout: Layout, log) -> list[Result]:
 
 
 def switched(found: dict) -> list[Result]:
-    """Per capability whose two float kernels ran: passed when their outputs differ (the
-    digests), which shows FLOAT_TANH chose the kernel: VML and PR 5's kernel round
-    differently for millions of inputs."""
+    """At the capability where both float kernels ran: passed when their outputs differ
+    (the digests), which shows FLOAT_TANH chose the kernel (VML and PR 5's kernel round
+    differently for millions of inputs; test_unary_ufuncs's test_tanh_float_ulp checks the
+    same, on its grid, at every capability); and passed when the `vml` branch gave DEFAULT's
+    results bit for bit, which is why only the suites of float tanh itself run under it."""
     results = []
     for capability in CAPABILITIES:
-        digests = [found.get((capability, kernel), {}).get("digest") for kernel in FLOAT_KERNELS]
-        if None in digests:
+        vml, vectorized = (found.get((capability, kernel)) for kernel in FLOAT_KERNELS)
+        if vml is None:
             continue  # not run here, or its worker failed (that result says so)
-        same = digests[0] == digests[1]
-        note = ("the same inputs not correctly rounded: both values ran one kernel" if same
-                else "they round differently (digests "
-                + " / ".join(f"{d:016x}" for d in digests) + ")")  # fmt: skip
-        results.append(Result(f"{FLOAT_TANH}=vml and =vectorized run two kernels [{capability}]",
-                              int(not same), int(same), note=note))  # fmt: skip
+        if vectorized is not None:
+            same = vml["digest"] == vectorized["digest"]
+            note = ("the same inputs not correctly rounded: both values ran one kernel" if same
+                    else f"they round differently (digests {vml['digest']:016x} / "
+                    f"{vectorized['digest']:016x})")  # fmt: skip
+            results.append(Result(f"{FLOAT_TANH}=vml and =vectorized run two kernels "
+                                  f"[{capability}]", int(not same), int(same), note=note))  # fmt: skip
+        default = found.get(("default", None))
+        if default is not None:
+            same = "results" in vml and vml["results"] == default.get("results")
+            note = ("every float32 result bitwise DEFAULT's" if same
+                    else "its float32 results are not DEFAULT's: the suites DEFAULT runs do "
+                    "not cover it")  # fmt: skip
+            results.append(Result(f"{FLOAT_TANH}=vml computes DEFAULT's float results "
+                                  f"[{capability}]", int(same), int(not same), note=note))  # fmt: skip
     return results
 
 
@@ -208,6 +231,7 @@ def expected(torch, bits):
 def check(torch) -> dict:
     """Every float32 input: the worst error, counts of the failures (see module doc)."""
     worst, worst_x, nan_lost, not_odd, counts = 0, 0.0, 0, 0, []
+    results = hashlib.sha256()  # of every result's bits (about 6 s of the run)
     bits = torch.arange(CHUNK, dtype=torch.int32)
     for _ in range((1 << 31) // CHUNK):
         x = bits.view(torch.float32)
@@ -222,6 +246,7 @@ def check(torch) -> dict:
             nan_lost += int((nan & ~(y.isnan() & neg.isnan())).sum())
             ulp.masked_fill_(nan, 0)
         not_odd += int(odd.sum())
+        results.update(y.numpy())
         counts.append(int((ulp != 0).sum()))
         at = int(ulp.argmax())
         if int(ulp[at]) > worst:
@@ -237,6 +262,8 @@ def check(torch) -> dict:
         # which inputs are not correctly rounded, per chunk of CHUNK: two kernels that round
         # differently (VML and PR 5's differ at millions of inputs) give two digests
         "digest": int(hashlib.sha256(json.dumps(counts).encode()).hexdigest()[:16], 16),
+        # every non-negative input's result (the negative half is its mirror, checked above)
+        "results": results.hexdigest(),
     }
 
 

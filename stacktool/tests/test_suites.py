@@ -182,20 +182,28 @@ class SuiteTableTest(unittest.TestCase):
         names = [t.name for t in tasks]
         self.assertEqual([n for n in names if n.startswith("test_attn_gradcheck")], [
             "test_attn_gradcheck [default]",
-            "test_attn_gradcheck [avx2, ATEN_CPU_FLOAT_TANH=vml]",
             "test_attn_gradcheck [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
         ])  # fmt: skip
         self.assertIn("test_ops", names[0].split(" + "))  # attn's OpInfo suites: one process
         self.assertIn("inductor/test_torchinductor_opinfo", names)
 
-    def test_level_5_runs_each_suite_per_capability_and_float_tanh_kernel(self):
+    def test_level_5_runs_each_distinct_kernel_once_per_suite_that_reaches_it(self):
+        every = ["default", "avx2", "avx512"]
+        names = [t.name for t in levels.suite_tasks(Layout(Path("/x")), 5, every)]
+        self.assertEqual(names, [
+            "test_unary_ufuncs [default]",
+            "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
+            "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]",
+            "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vml]",  # the float branch, once
+            *(f"{suite} {variant}" for suite in ("test_ops", "test_nn") for variant in (
+                "[default]", "[avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
+                "[avx512, ATEN_CPU_FLOAT_TANH=vectorized]")),
+        ])  # fmt: skip
         tasks = levels.suite_tasks(Layout(Path("/x")), 5, ["default", "avx2"])
-        per_suite = [s for s in SUITES if 5 in s.levels]
-        self.assertEqual(len(tasks), 3 * len(per_suite))  # default once, avx2 once per kernel
         self.assertEqual([t.name for t in tasks[:3]], [
             "test_unary_ufuncs [default]",
-            "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",
             "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
+            "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",  # the highest this CPU runs
         ])  # fmt: skip
         envs = []
         with mock.patch.object(suites, "execute", lambda lay, name, c, env, p: envs.append(env)):
@@ -203,9 +211,17 @@ class SuiteTableTest(unittest.TestCase):
                 task.run(None)
         self.assertEqual(envs, [
             {"ATEN_CPU_CAPABILITY": "default"},
-            {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vml"},
             {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vectorized"},
+            {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vml"},
         ])  # fmt: skip
+
+    def test_level_5_leaves_out_what_never_reaches_tanh_stub(self):
+        by_name = {s.name: s for s in SUITES if 5 in s.levels}
+        for name in ("test_unary_ufuncs", "test_ops", "test_nn"):
+            self.assertIn("not hardtanh", by_name[name].select)
+        for name in ("test_unary_ufuncs", "test_ops"):  # test_nn has no atanh test
+            self.assertIn("not atanh", by_name[name].select)
+        self.assertEqual([s.name for s in SUITES if s.vml], ["test_unary_ufuncs"])
 
     def test_level_5_end_to_end_with_stand_in_processes(self):
         """Every variant's suites and exhaustive checks, the skipped capability, and the check
@@ -220,8 +236,10 @@ class SuiteTableTest(unittest.TestCase):
                 ran.append((worker, env["ATEN_CPU_CAPABILITY"], kernel))
                 if worker[0] == "stacktool.tanh_accuracy":
                     digest = {"vml": 1, "vectorized": 2}.get(kernel, 3)
+                    results = "vml" if kernel in ("vml", None) else "tanh_float"
                     Path(worker[2]).write_text(json.dumps({**TanhAccuracyTest.FOUND,
-                                                           "digest": digest}))  # fmt: skip
+                                                           "digest": digest,
+                                                           "results": results}))  # fmt: skip
                     return subprocess.CompletedProcess(command, 0, "", "")
                 return subprocess.CompletedProcess(command, 0, "==== 1 passed in 0.1s ====", "")
 
@@ -238,13 +256,17 @@ class SuiteTableTest(unittest.TestCase):
         self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
         for worker, cap in workers:  # on one thread each: two run at once
             self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
-        self.assertEqual(len(ran), 3 * 3 + 3)  # three suites and the check, three variants
+        # test_unary_ufuncs and the check under three variants, test_ops and test_nn two
+        self.assertEqual(len(ran), 2 * 3 + 2 * 2)
         by_name = {r.name: r for r in results}
-        for kernel in ("vml", "vectorized"):  # avx512: listed, skipped
-            skip = by_name[f"tanh float32, all 2^32 inputs [avx512, ATEN_CPU_FLOAT_TANH={kernel}]"]
-            self.assertEqual((skip.skipped, skip.failed), (1, 0))
+        skip = by_name["tanh float32, all 2^32 inputs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]"]
+        self.assertEqual((skip.skipped, skip.failed), (1, 0))  # avx512: listed, skipped
+        vml = "tanh float32, all 2^32 inputs [avx512, ATEN_CPU_FLOAT_TANH=vml]"
+        self.assertNotIn(vml, by_name)  # the float branch ran, at avx2
         switch = by_name["ATEN_CPU_FLOAT_TANH=vml and =vectorized run two kernels [avx2]"]
         self.assertEqual((switch.passed, switch.failed), (1, 0))
+        default = by_name["ATEN_CPU_FLOAT_TANH=vml computes DEFAULT's float results [avx2]"]
+        self.assertEqual((default.passed, default.failed), (1, 0))
         self.assertEqual(sum(r.failed for r in results), 0)
 
     def test_every_deselection_and_unusual_selection_has_a_one_line_reason(self):
@@ -467,25 +489,54 @@ class TanhAccuracyTest(unittest.TestCase):
         self.assertNotIn("ATEN_CPU_FLOAT_TANH", envs[0])  # not even the shell's
         self.assertTrue(commands[0][-1].endswith(".json"))  # torch's own thread count
 
-    def test_variants_run_default_once_and_each_kernel_elsewhere(self):
+    def test_variants_run_each_distinct_kernel_once(self):
         self.assertEqual(tanh_accuracy.variants(["default", "avx2", "avx512"]), [
-            ("default", None), ("avx2", "vml"), ("avx2", "vectorized"),
-            ("avx512", "vml"), ("avx512", "vectorized"),
+            ("default", None), ("avx2", "vectorized"), ("avx512", "vectorized"),
+            ("avx512", "vml"),  # the float branch =vml takes: VML's code at any capability
         ])  # fmt: skip
+        self.assertEqual(tanh_accuracy.variants(["default", "avx2"]),
+                         [("default", None), ("avx2", "vectorized"), ("avx2", "vml")])  # fmt: skip
+        self.assertEqual(tanh_accuracy.variants(["default", "avx2"], vml=False),
+                         [("default", None), ("avx2", "vectorized")])  # fmt: skip
+        self.assertEqual(tanh_accuracy.variants(["default"]), [("default", None)])
         self.assertEqual(tanh_accuracy.variant_env("default", None),
                          {"ATEN_CPU_CAPABILITY": "default"})  # fmt: skip
         self.assertEqual(tanh_accuracy.label("avx512", "vml"), "[avx512, ATEN_CPU_FLOAT_TANH=vml]")
 
     def test_switched_fails_when_both_values_gave_the_same_outputs(self):
         found = {("avx2", "vml"): {"digest": 5}, ("avx2", "vectorized"): {"digest": 5},
-                 ("avx512", "vml"): {"digest": 5}, ("avx512", "vectorized"): {"digest": 6},
-                 ("default", None): {"digest": 5}}  # fmt: skip
+                 ("avx512", "vml"): {"digest": 5}, ("avx512", "vectorized"): {"digest": 6}}  # fmt: skip
         results = {r.name.rsplit("[", 1)[1]: r for r in tanh_accuracy.switched(found)}
         self.assertEqual(set(results), {"avx2]", "avx512]"})  # default: nothing to switch
         self.assertEqual((results["avx2]"].failed, results["avx512]"].passed), (1, 1))
         self.assertIn("both values ran one kernel", results["avx2]"].note)
         del found["avx512", "vml"]  # its worker failed: that result says so, not this one
         self.assertEqual(len(tanh_accuracy.switched(found)), 1)
+
+    def test_switched_checks_vml_gives_defaults_results_bit_for_bit(self):
+        found = {("default", None): {"digest": 5, "results": "ab"},
+                 ("avx512", "vml"): {"digest": 5, "results": "ab"},
+                 ("avx512", "vectorized"): {"digest": 6, "results": "cd"}}  # fmt: skip
+        results = {r.name: r for r in tanh_accuracy.switched(found)}
+        same = results["ATEN_CPU_FLOAT_TANH=vml computes DEFAULT's float results [avx512]"]
+        self.assertEqual((same.passed, same.failed), (1, 0))
+        self.assertEqual(len(results), 2)  # and the switch, at avx512
+        found["avx512", "vml"] = {"digest": 5, "results": "ef"}  # same digest, other bits
+        results = {r.name: r for r in tanh_accuracy.switched(found)}
+        differ = results["ATEN_CPU_FLOAT_TANH=vml computes DEFAULT's float results [avx512]"]
+        self.assertEqual((differ.passed, differ.failed), (0, 1))
+        self.assertIn("not DEFAULT's", differ.note)
+
+    def test_skipped_lists_what_this_cpu_cannot_run(self):
+        def skipped(runnable):
+            return [r.name.split(" [", 1)[1] for r in tanh_accuracy.skipped(runnable)]
+
+        self.assertEqual(skipped(["default", "avx2", "avx512"]), [])
+        self.assertEqual(skipped(["default", "avx2"]), ["avx512, ATEN_CPU_FLOAT_TANH=vectorized]"])
+        self.assertEqual(skipped(["default"]), [
+            "avx2, ATEN_CPU_FLOAT_TANH=vectorized]", "avx512, ATEN_CPU_FLOAT_TANH=vectorized]",
+            "avx512, ATEN_CPU_FLOAT_TANH=vml]",
+        ])  # fmt: skip
 
 
 if __name__ == "__main__":
