@@ -60,9 +60,9 @@ class ReportTest(unittest.TestCase):
         self.assertIn(
             "| native / composite <= 0.75 | 2048, 64, 64 peak memory | 0.299 | met |", text
         )
-        self.assertIn("| native / unfused <= 0.60 | 2048, 64, 64 peak memory | 0.333 | met |", text)
+        self.assertIn("| native / unfused <= 0.65 | 2048, 64, 64 peak memory | 0.333 | met |", text)
         self.assertIn(
-            "| native / attn output <= 1.30 | 2048, 64, 64 peak memory | 1.250 | met |", text
+            "| native / attn output <= 1.40 | 2048, 64, 64 peak memory | 1.250 | met |", text
         )
         self.assertIn("| PR 4's unfused path | 60.0 | 0.896 | 3.750 |", text)
         self.assertIn("PR 4's unfused path: native torch.attn at float32 matmul precision "
@@ -108,7 +108,7 @@ class ReportTest(unittest.TestCase):
                       "composite / native >= 1.50 at 2, 3, 4 forward+backward, 2 threads "
                       "(1.335); compile / native >= 1.00 at 4096, 128, 128 forward+backward, 2 "
                       "threads (0.996); native / gemms <= 1.05 at 4096, 128, 128 "
-                      "forward+backward, 2 threads (1.078); native / attn output <= 1.30 at "
+                      "forward+backward, 2 threads (1.078); native / attn output <= 1.40 at "
                       "2048, 64, 64 peak memory (2.181)\n", text)  # fmt: skip
         self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: 0.993 "
                       "default, 5.212 avx2\n", text)  # fmt: skip
