@@ -5,7 +5,7 @@ import gc
 import re
 from pathlib import Path
 
-from stacktool.bench.attn import inputs, load_torch, train_step
+from stacktool.bench.attn import floor_step, inputs, load_torch, train_step
 from stacktool.bench.common import METHODS
 
 MEMORY_SIZE = (2048, 64, 64)
@@ -18,10 +18,9 @@ MEMORY_WARM_SIZE = (256, 64, 64)
 # buffers from run to run. A fixed threshold mmaps every large tensor and unmaps it on free,
 # so the growth is the peak of live tensor memory, the same in every run.
 MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
-# "unfused": native torch.attn at float32 matmul precision "medium", where PR 6's kernel steps
-# aside for float (attn_uses_cpu_kernel in Attn.cpp) and PR 4's unfused kernel and derivative
-# run, with oneDNN off: v2.6.0's CPU mm is then the BLAS path it takes at "highest" ("medium"
-# alone may send it to oneDNN's bf32 kernels).
+# "unfused": the ATen calls of PR 4's unfused kernel and derivative (the floor's step: attn and
+# the n x n gradient of x = q k^T alive together), which torch.attn makes at no setting from
+# PR 6 on (its CPU kernel takes float at every matmul precision).
 MEMORY_METHODS = (*METHODS, "unfused")
 
 
@@ -43,18 +42,22 @@ def memory_worker(fork: Path, method: str) -> dict:
     measured size and no compilation happens inside the measurement.
     """
     torch, methods = load_torch(fork, with_function=method == "function")
-    if method == "unfused":
-        torch.set_float32_matmul_precision("medium")
-        torch.backends.mkldnn.enabled = False
     compiled = {"compile": "composite", "compile_attn": "native"}
-    fn = (
-        torch.compile(methods[compiled[method]], dynamic=True)
-        if method in compiled
-        else methods["native" if method == "unfused" else method]
-    )
-    train_step(torch, fn, *inputs(torch, MEMORY_WARM_SIZE, grad=True))()
+    if method == "unfused":
+        make_step = floor_step
+    else:
+        fn = (
+            torch.compile(methods[compiled[method]], dynamic=True)
+            if method in compiled
+            else methods[method]
+        )
+
+        def make_step(torch, *tensors):
+            return train_step(torch, fn, *tensors)
+
+    make_step(torch, *inputs(torch, MEMORY_WARM_SIZE, grad=True))()
     torch._dynamo.config.error_on_recompile = True  # a compile would be counted as the step's
-    step = train_step(torch, fn, *inputs(torch, MEMORY_SIZE, grad=True))
+    step = make_step(torch, *inputs(torch, MEMORY_SIZE, grad=True))
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = memory_kb()["VmRSS"]

