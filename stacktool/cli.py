@@ -229,5 +229,5 @@ def run(args: argparse.Namespace, layout: config.Layout) -> int:
     if args.command == "lint":
         return gate.lint_tree(layout, log, args.changed)
     if args.command == "bench":
-        return bench.run(layout, args.out.resolve(), args.quick)
+        return bench.run(layout, args.out.resolve(), args.quick, build)
     return gate.run(layout, log, build)

@@ -119,6 +119,16 @@ class Layout:
     def overlay(self) -> Path:
         return self.overlay_dir or self.build / "overlay"
 
+    def inductor_cache(self, capability: str | None) -> Path:
+        """torch.compile's cache (TORCHINDUCTOR_CACHE_DIR) for processes importing this tree's
+        torch under ATEN_CPU_CAPABILITY=`capability` (unset or empty: "native"): one per tree
+        (pytorch/, or the gate's level-N: each is another torch) and value. v2.6.0's inductor
+        reuses a kernel compiled under another capability: torch.compile(torch.tanh) run 200
+        times at avx2, then at avx512, in one cache ends in "double free or corruption".
+        """
+        tree = self.fork.parent.name if self.tree else "pytorch"
+        return self.build / "inductor-cache" / tree / (capability or "native")
+
     @property
     def ccache(self) -> Path:
         """The compiler cache of every overlay build of the project (stacktool/ccache.py)."""

@@ -8,7 +8,7 @@ files it touches and runs that level's tests with upstream's own runners, provin
 torch they import; and, beside the last level's checks, the README's edit loop as written
 (loop.py). pytorch/, build/overlay and the venv's `import torch` are never changed,
 whatever happens to the run. It ends with a plain `N passed, M failed` line and exits
-non-zero on any failure.
+non-zero on any failure; however it ends, it stops the mypy daemons lint started in its trees.
 """
 
 import shutil
@@ -105,6 +105,14 @@ def each_level(layout: Layout, log, build, only: int | None = None):
 
 
 def run(layout: Layout, log, build) -> int:
+    """The gate's checks; however they end, then the mypy daemons in its trees are stopped."""
+    try:
+        return checks(layout, log, build)
+    finally:
+        stop_daemons(layout, log)
+
+
+def checks(layout: Layout, log, build) -> int:
     results = [tool_tests(log), lint.tool(layout, log)]
     found = patches.export(layout.fork, layout.patches, layout.gradient_doc, check=True)
     results.append(Result("patches/ match pytorch/", int(not found), int(bool(found)),
@@ -122,6 +130,16 @@ def run(layout: Layout, log, build) -> int:
                 result.name = f"level {level}: {result.name.removeprefix(f'level {level}: ')}"
             results.append(result)
     return report(results)
+
+
+def stop_daemons(layout: Layout, log) -> None:
+    """Stop the mypy daemons in the gate's worktrees and the loop's scratch fork (one per
+    tree, about 1.3 GB each, left to end themselves after an hour idle otherwise); the one
+    in pytorch/, the edit loop's, keeps running."""
+    trees = [*sorted(layout.build.glob("gate/level-*/pytorch")), layout.build / "loop" / "pytorch"]
+    for tree in trees:
+        if lint.stop_daemon(layout, tree):
+            log(f"stopped mypy's daemon in {tree.relative_to(layout.root)}")
 
 
 def lint_levels(layout: Layout, log, build, only: int | None) -> int:

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stacktool import tanh_accuracy
+from stacktool import tanh_accuracy, tanh_model
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
 from stacktool.suites import Processes, Result, Task, batch_task, run_all, suite_task
@@ -45,8 +45,9 @@ class Suite:
     out to the one-line reason; `why` says in one line why this selection, and any skips;
     `per_capability` runs it once per distinct tanh kernel the CPU runs (tanh_accuracy.variants):
     under ATEN_CPU_CAPABILITY=default, and avx2 and avx512 with ATEN_CPU_FLOAT_TANH=vectorized
-    (a CPU kernel's every compiled variant); `vml` also once with =vml, at the highest of them
-    (the float branch that value takes: VML's code, DEFAULT's results).
+    (a CPU kernel's every compiled variant); `vml` also with =vml, at each of avx2 and avx512
+    ("each") or at the highest ("highest"): the float branch that value takes, VML's code
+    with DEFAULT's results, compiled in each build.
     A level's suites with the same `env` run in one pytest process (see batches), each
     counted on its own line; `alone` says why a suite has a process of its own.
     """
@@ -59,7 +60,7 @@ class Suite:
     deselect: dict[str, str] = field(default_factory=dict)
     why: str = ""
     per_capability: bool = False  # once per tanh variant this CPU runs (tanh_accuracy.variants)
-    vml: bool = False  # per capability, also with ATEN_CPU_FLOAT_TANH=vml (its `why` says why)
+    vml: str = ""  # "each" or "highest": also with ATEN_CPU_FLOAT_TANH=vml (see variants)
     alone: str = ""
     reruns: int = 0  # a failed test runs again up to this often, as run_test.py's --reruns=2 on CI
 
@@ -200,15 +201,16 @@ SUITES = (
     # kernel (tanh_accuracy.variants): the DEFAULT build (v2.6.0's code), the AVX2 and AVX512
     # builds with PR 5's float kernel (ATEN_CPU_FLOAT_TANH=vectorized; BFloat16 and Half take
     # it either way, double and complex VML), as CI's default and avx2 configs run every
-    # capability; and the float branch =vml takes in those builds once, at the highest: its
-    # results are VML's, DEFAULT's bit for bit (tanh_accuracy.switched checks every input).
+    # capability; and the float branch =vml takes in those builds, in each (an AVX-512 CPU
+    # runs the AVX2 build's too): its results are VML's, DEFAULT's bit for bit
+    # (tanh_accuracy.switched checks every input, at the highest).
     # Not atanh nor hardtanh, which `-k tanh` matched: they never reach tanh_stub (their 412,
     # 156 and 4 tests in these files all pass with ATEN_CPU_FLOAT_TANH=fast, which tanh_kernel
     # rejects at every call, whatever the dtype; Tanh's own tests fail with it).
     Suite("test_unary_ufuncs", "test/test_unary_ufuncs.py", "tanh and not atanh and not hardtanh",
-          levels=(5,), per_capability=True, vml=True,
+          levels=(5,), per_capability=True, vml="each",
           why="tanh, tanhshrink, tanh_, out=, the reference, PR 5's tests (both float kernels, in "
-          "subprocesses); also =vml: its float branch"),
+          "subprocesses); also =vml in each AVX build: its float branch"),
     Suite("test_ops", "test/test_ops.py", "(tanh or attn) and not atanh and not hardtanh",
           levels=(5,), per_capability=True,
           why="OpInfo tests of tanh, tanhshrink and attn (its tanh is tanh_stub); not =vml: it "
@@ -310,9 +312,12 @@ def level_6(layout: Layout, log, tasks=()):
 def level_5(layout: Layout, log, tasks=()):
     """PR 5: the CPU float tanh kernel; tanh's suites and attn's, the exhaustive check, each
     per distinct tanh kernel (tanh_accuracy.variants); that ATEN_CPU_FLOAT_TANH's two values
-    ran two kernels, and that =vml's float results are DEFAULT's."""
+    ran two kernels, and that =vml's float results are DEFAULT's; on a CPU without AVX-512,
+    the AVX512 body's model over every input (tanh_model)."""
     runnable, found = tanh_accuracy.supported(layout), {}
     exhaustive = tanh_accuracy.tasks(layout, runnable, found)
+    if "avx512" not in runnable:  # the AVX512 body, modelled: this CPU cannot run it
+        exhaustive.append(tanh_model.task(layout))
     results = run_all(layout, [*tasks, *exhaustive, *suite_tasks(layout, 5, runnable)], log)
     return [*results, *tanh_accuracy.skipped(runnable), *tanh_accuracy.switched(found)]
 

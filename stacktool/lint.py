@@ -139,6 +139,16 @@ def run(
     return Result(name, int(ok), int(not ok), note=count)
 
 
+def stop_daemon(layout: Layout, tree: Path) -> bool:
+    """Stop the mypy daemon `run` started in `tree`, if it has one (its .dmypy.json):
+    `dmypy stop` there. Whether one was asked to stop."""
+    dmypy = layout.root / ".venv-lint" / "bin" / "dmypy"
+    if not (tree / ".dmypy.json").exists() or not dmypy.exists():
+        return False
+    subprocess.run([str(dmypy), "stop"], cwd=tree, capture_output=True)
+    return True
+
+
 def task(layout: Layout, base: str, tip: str | None, name: str) -> Task:
     """`run` as a Task for suites.run_all: what it would print is the output shown if it
     fails, and its processes are the run's (stopped with it)."""

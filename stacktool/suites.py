@@ -60,18 +60,22 @@ def pytest_counts(output: str) -> tuple[int, int, int]:
 # Variables that pick which CPU kernels torch runs: the gate sets them where it means to
 # (level 5) and never inherits them from the shell that started it.
 KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "ATEN_CPU_FLOAT_TANH")
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # set per tree and capability, see suite_env
 WORKERS = max(1, min(2, os.cpu_count() or 1))  # suites at a time: two, as on CI's 2-core jobs
 
 
-def suite_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without CI (nor KERNEL_CHOICE), with `extra` set.
+def suite_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without CI (nor KERNEL_CHOICE), with what the venv's Python
+    needs to import `layout`'s torch and `extra` set, and torch.compile's cache of its own
+    for the tree and ATEN_CPU_CAPABILITY (Layout.inductor_cache), never the shell's.
 
     Without CI set, upstream's runners print their results instead of writing them to report
     files, and do not try to download CI's lists of slow and disabled tests.
     """
     env = {k: v for k, v in os.environ.items() if k != "CI" and k not in KERNEL_CHOICE}
-    env.update(extra or {})
-    return env
+    env.update({**layout.python_env, **(extra or {})})
+    cache = layout.inductor_cache(env.get("ATEN_CPU_CAPABILITY"))
+    return {**env, INDUCTOR_CACHE: str(cache)}
 
 
 class Stopped(Exception):
@@ -134,7 +138,7 @@ def execute(
     Prints nothing: (the result, the command's output).
     """
     started = time.monotonic()
-    env = suite_env({**layout.python_env, **(env or {})})
+    env = suite_env(layout, env)
     proc = (processes or Processes()).run([str(layout.python), *command], cwd=layout.fork, env=env)
     output = proc.stdout + proc.stderr
     passed, failed, skipped = pytest_counts(output)

@@ -57,7 +57,7 @@ SUPPORT_CHECK = (
 
 def supported(layout: Layout) -> list[str]:
     """The ATEN_CPU_CAPABILITY values this CPU can run."""
-    env = suite_env(layout.python_env)  # without ATEN_CPU_CAPABILITY: the hardware's word
+    env = suite_env(layout)  # without ATEN_CPU_CAPABILITY: the hardware's word
     proc = subprocess.run(
         [str(layout.python), "-c", SUPPORT_CHECK], env=env, capture_output=True, text=True
     )
@@ -67,18 +67,20 @@ def supported(layout: Layout) -> list[str]:
     return [capability for capability in CAPABILITIES if capability in found]
 
 
-def variants(capabilities, vml: bool = True) -> list[tuple[str, str | None]]:
+def variants(capabilities, vml: str = "highest") -> list[tuple[str, str | None]]:
     """(capability, float kernel) of each run, one per distinct kernel of the capabilities
     this CPU runs: DEFAULT once (None: the variable unset, it does nothing there), AVX2 and
     AVX512 each with `vectorized` (tanh_float, compiled per capability; BFloat16 and Half
-    take it under either value), and, with `vml`, the `vml` branch once, at the highest of
-    them: its float results are VML's (MKL's own code, the same at every capability, and
-    DEFAULT's: `switched` checks it), and every computation not in float32 runs there as
-    under `vectorized`."""
+    take it under either value), and the `vml` branch: with vml="highest" once, at the
+    highest of them (its float results are VML's, MKL's own code, the same at every
+    capability, and DEFAULT's: `switched` checks it; every computation not in float32 runs
+    there as under `vectorized`); with "each" at each of them (each build's own branch); with
+    "" nowhere."""
     runs = [(capability, None if capability == "default" else "vectorized")
             for capability in capabilities]  # fmt: skip
     avx = [capability for capability in capabilities if capability != "default"]
-    return [*runs, (avx[-1], "vml")] if vml and avx else runs
+    at = {"highest": avx[-1:], "each": avx, "": []}[vml]
+    return [*runs, *((capability, "vml") for capability in at)]
 
 
 def label(capability: str, kernel: str | None) -> str:
@@ -139,7 +141,7 @@ def check_variant(
                 *([str(threads)] if threads else []),
             ],  # fmt: skip
             cwd=Path(__file__).resolve().parent.parent,
-            env=suite_env({**layout.python_env, **variant_env(capability, kernel)}),
+            env=suite_env(layout, variant_env(capability, kernel)),
         )
         if proc.returncode != 0:
             return Result(name(capability, kernel), failed=1, note="the worker failed"), (
@@ -198,14 +200,20 @@ def switched(found: dict) -> list[Result]:
 
 
 def verdict(found: dict) -> bool:
-    return found["max_ulp"] <= MAX_ULP and not found["nan_lost"] and not found["not_odd"]
+    return (
+        found["max_ulp"] <= MAX_ULP
+        and not found["nan_lost"]
+        and not found["not_odd"]
+        and not found["not_one"]
+    )
 
 
 def summary(found: dict) -> str:
     return (
         f"max {found['max_ulp']} ULP from the correctly rounded result (at x = "
         f"{found['worst_x']!r}), {found['not_rounded']} of 2^32 not correctly rounded, "
-        f"{found['nan_lost']} NaN lost, {found['not_odd']} break tanh(-x) = -tanh(x)"
+        f"{found['nan_lost']} NaN lost, {found['not_odd']} break tanh(-x) = -tanh(x), "
+        f"{found['not_one']} not 1 from 9.0109129 on"
     )
 
 
@@ -213,6 +221,9 @@ def summary(found: dict) -> str:
 # below 2^-12, |tanh(x) - x| < x^3/3 < half a ULP of x, so it is x; from 12 on (up to +inf),
 # 1 - tanh(x) < 2 exp(-2x) < 2^-25 (half a ULP below 1), so it is 1; NaN above +inf.
 TINY, SATURATED = 0x39800000, 0x41400000  # 2^-12, 12.0: multiples of CHUNK
+ONE_FROM = (
+    0x41205968  # 9.0109129: the first float whose tanh rounds to 1; every one from it gives 1
+)
 INF = 0x7F800000  # +inf; every pattern above it is a NaN
 
 
@@ -230,7 +241,7 @@ def expected(torch, bits):
 
 def check(torch) -> dict:
     """Every float32 input: the worst error, counts of the failures (see module doc)."""
-    worst, worst_x, nan_lost, not_odd, counts = 0, 0.0, 0, 0, []
+    worst, worst_x, nan_lost, not_odd, not_one, counts = 0, 0.0, 0, 0, 0, []
     results = hashlib.sha256()  # of every result's bits (about 6 s of the run)
     bits = torch.arange(CHUNK, dtype=torch.int32)
     for _ in range((1 << 31) // CHUNK):
@@ -246,6 +257,8 @@ def check(torch) -> dict:
             nan_lost += int((nan & ~(y.isnan() & neg.isnan())).sum())
             ulp.masked_fill_(nan, 0)
         not_odd += int(odd.sum())
+        if int(bits[-1]) >= ONE_FROM:  # exactly 1 (1 ULP below it would pass the ULP bar)
+            not_one += int(((y != 1) & (bits >= ONE_FROM) & (bits <= INF)).sum())
         results.update(y.numpy())
         counts.append(int((ulp != 0).sum()))
         at = int(ulp.argmax())
@@ -259,6 +272,7 @@ def check(torch) -> dict:
         "not_rounded": 2 * sum(counts),  # the negative half mirrors it (not_odd counts breaks)
         "nan_lost": nan_lost,
         "not_odd": not_odd,
+        "not_one": not_one,
         # which inputs are not correctly rounded, per chunk of CHUNK: two kernels that round
         # differently (VML and PR 5's differ at millions of inputs) give two digests
         "digest": int(hashlib.sha256(json.dumps(counts).encode()).hexdigest()[:16], 16),

@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("out", type=Path)
     p.add_argument("fork", type=Path)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--native-only", action="store_true", help="native torch.attn alone")
     p = commands.add_parser("contended")
     p.add_argument("out", type=Path)
     p.add_argument("fork", type=Path)
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         plot(json.loads(args.results.read_text())["timing"], args.png)
         return
     if args.command == "timing":
-        result = time_worker(args.fork, QUICK if args.quick else FULL)
+        result = time_worker(args.fork, QUICK if args.quick else FULL, args.native_only)
     elif args.command == "contended":
         sizes = CONTENDED_QUICK_SIZES if args.quick else CONTENDED_SIZES
         sizes = tuple(map(tuple, args.size or sizes))

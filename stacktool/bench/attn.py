@@ -1,10 +1,9 @@
 """The attn timing worker: forward and forward+backward of every method, the floor and the
 GEMMs alone, size by size, at 1 thread and at all cores, in one process (ratios are only
 meaningful within one), and a torch.profiler profile of the native op at the smallest size
-(full run)."""
+(full run); or, in PR 4's tree (pr4.py), the native op alone."""
 
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -29,11 +28,6 @@ PROFILE_STEPS = 500  # forward+backward steps of the native op per profiled roun
 # CPU-only activities too, and logs "ERROR: ... gpuGetDeviceCount failed" where there is no
 # driver. Its own log level (5: above ERROR, its highest) is for the profiling worker only.
 PROFILE_ENV = {"KINETO_LOG_LEVEL": "5"}
-
-
-def cpu_model() -> str:
-    found = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    return found.group(1) if found else "unknown CPU"
 
 
 def load_torch(fork: Path, with_function: bool = True):
@@ -172,22 +166,24 @@ def profile(torch, fn, size, rounds: int = 5) -> dict:
     }
 
 
-def size_steps(torch, methods: dict, size, counts) -> dict:
+def size_steps(torch, methods: dict, size, counts, baselines: bool = True) -> dict:
     """{(threads, pass, method): (step, threads)} at one size, for measure(): every method,
-    the floor and the GEMMs alone at each thread count, on inputs allocated once. torch.compile
-    compiles per thread count (its C++ kernels are built for one, `cpp.threads`), at first call:
-    the composite, and torch.attn where it exists (its backward graph calls attn's kernel).
+    the floor and the GEMMs alone (without `baselines`: the methods alone) at each thread
+    count, on inputs allocated once. torch.compile compiles per thread count (its C++ kernels
+    are built for one, `cpp.threads`), at first call: the composite, and torch.attn where it
+    exists (its backward graph calls attn's kernel).
     """
     q, k, v, go, ga = inputs(torch, size, grad=False)
     args = inputs(torch, size, grad=True)
     forward = {m: (lambda fn=fn: fn(q, k, v)) for m, fn in methods.items()}
-    forward["gemms"] = gemms_step(torch, q, k, v, go, ga, backward=False)
     both = {m: train_step(torch, fn, *args) for m, fn in methods.items()}
-    both["floor"] = floor_step(torch, *args)
-    both["gemms"] = gemms_step(torch, *args, backward=True)
+    if baselines:
+        forward["gemms"] = gemms_step(torch, q, k, v, go, ga, backward=False)
+        both["floor"] = floor_step(torch, *args)
+        both["gemms"] = gemms_step(torch, *args, backward=True)
     steps = {}
     for count in counts:
-        names = {"compile": "composite", "compile_attn": "native"}
+        names = {"compile": "composite", "compile_attn": "native"} if baselines else {}
         compiled = {
             name: torch.compile(methods[method], options={"cpp.threads": count})
             for name, method in names.items()
@@ -202,10 +198,13 @@ def size_steps(torch, methods: dict, size, counts) -> dict:
     return steps
 
 
-def time_worker(fork: Path, settings: Settings) -> dict:
-    """Forward and forward+backward times of every method, the floor and the GEMMs alone,
-    size by size, at 1 thread and at all of the machine's, interleaved in one measure()."""
-    torch, methods = load_torch(fork)
+def time_worker(fork: Path, settings: Settings, native_only: bool = False) -> dict:
+    """Forward and forward+backward times of every method, the floor and the GEMMs alone
+    (`native_only`: native torch.attn alone, no profile), size by size, at 1 thread and at all
+    of the machine's, interleaved in one measure(). The result names the torch file timed."""
+    torch, methods = load_torch(fork, with_function=not native_only)
+    if native_only:
+        methods = {m: fn for m, fn in methods.items() if m == "native"}
     from torch.utils.benchmark import Timer
 
     counts = thread_counts()
@@ -215,7 +214,8 @@ def time_worker(fork: Path, settings: Settings) -> dict:
         say(f"timing at n, d, dv = {fmt_size(size)}, "
             f"{' and '.join(map(fmt_threads, counts))} (torch.compile compiles first)")  # fmt: skip
         torch._dynamo.reset()  # a static compile per size, as a user with fixed shapes gets
-        found = measure(size_steps(torch, methods, size, counts), settings, Timer)
+        steps = size_steps(torch, methods, size, counts, baselines=not native_only)
+        found = measure(steps, settings, Timer)
         for count in counts:
             for name in (FWD, FWD_BWD):
                 row = {m: t for (c, p, m), t in found.items() if (c, p) == (count, name)}
@@ -228,13 +228,13 @@ def time_worker(fork: Path, settings: Settings) -> dict:
                     + ", ".join(f"{m} {fmt_ms(t['ms'])} ms" for m, t in row.items()))  # fmt: skip
     found = {
         "torch": torch.__version__,
-        "cpu": cpu_model(),
+        "torch_file": torch.__file__,
         "threads": list(counts),
         "has_native": "native" in methods,
         "load": [load_before, os.getloadavg()[0]],
         "rows": rows,
     }
-    if settings is FULL and "native" in methods:
+    if settings is FULL and "native" in methods and not native_only:
         say(f"profiling native torch.attn at n, d, dv = {fmt_size(SIZES[0])}")
         found["profile"] = profile(torch, methods["native"], SIZES[0])
     return found

@@ -16,6 +16,7 @@ LABELS = {
     "compile_attn": "torch.compile(torch.attn)",
     "floor": "floor",
     "unfused": "PR 4's unfused path",
+    "pr4": "PR 4's torch.attn",
     "gemms": "GEMMs alone",
 }
 FWD, FWD_BWD = "forward", "forward+backward"

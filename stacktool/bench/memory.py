@@ -36,7 +36,8 @@ def memory_kb() -> dict[str, int]:
 
 
 def memory_worker(fork: Path, method: str) -> dict:
-    """MB of peak RSS growth over one forward+backward of `method` at MEMORY_SIZE.
+    """MB of peak RSS growth over one forward+backward of `method` at MEMORY_SIZE, and the
+    torch file it ran.
 
     torch.compile is compiled with dynamic shapes here, so that the warm-up's graph serves the
     measured size and no compilation happens inside the measurement.
@@ -62,4 +63,5 @@ def memory_worker(fork: Path, method: str) -> dict:
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = memory_kb()["VmRSS"]
     step()
-    return {"method": method, "mb": (memory_kb()["VmHWM"] - before) / 1024}
+    mb = (memory_kb()["VmHWM"] - before) / 1024
+    return {"method": method, "mb": mb, "torch_file": torch.__file__}

@@ -16,12 +16,15 @@ from stacktool.bench.common import (
     ratio,
 )
 from stacktool.bench.contended import COMPETITOR_FACTOR, COMPETITOR_GRACE_S
+from stacktool.bench.cpu import describe, simd_flags
 from stacktool.bench.memory import MEMORY_WARM_SIZE, output_mb
 from stacktool.bench.tanh import FLOAT_TANH, IN_CACHE, PER_ELEMENT, TANH_CASES, VECTORIZED
 from stacktool.bench.targets import (
     COPY_BOUND,
     NOT_SLOWER,
     OUTPUT,
+    PR4_TARGET,
+    TIME_TARGETS,
     VML_BOUND,
     VML_CASES,
     Check,
@@ -59,26 +62,54 @@ def tally(found: list[Check]) -> str:
     return f"{count['met']} met, {count['not met']} not met, {count['n/a']} n/a"
 
 
+def cpu_text(results: dict) -> str:
+    """The CPU as bench.json records it (cpu.py): vendor, family, model, stepping, model name
+    ("AMD EPYC" alone does not tell Zen 3 from Zen 4)."""
+    return describe(results.get("cpu") or {"model name": results["timing"].get("cpu")})
+
+
+def pr4_run(results: dict) -> dict:
+    """Where PR 4's torch.attn was run (its tree) and a note, or why not (tree None)."""
+    return results.get("pr4") or {"note": "not run", "tree": None}
+
+
+def pr4_text(pr4: dict) -> str:
+    """What the PR 4's torch.attn column is, and where it came from or why it is empty."""
+    if pr4["tree"] is None:
+        return f"{LABELS['pr4']}: {pr4['note']}."
+    return (
+        f"{LABELS['pr4']}: the op PR 6's CPU kernel replaces, as users call it (through "
+        "autograd), forward and forward+backward as native's: torch.attn of PR 4's commit, "
+        f"from the gate's worktree {pr4['tree']} with its own overlay build ({pr4['note']}), "
+        "timed in a process of its own (another torch) right after this one, the same sizes, "
+        "thread counts and rounds, so its ratios cross two processes (1-minute load average "
+        f"{pr4['load'][0]:.1f} before, {pr4['load'][1]:.1f} after). native / PR 4's "
+        "torch.attn: below 1.0, this build's op is faster than PR 4's."
+    )
+
+
 def report(results: dict, settings: Settings) -> str:
     """bench.md: how it was measured, times, peak memory, tanh's speed and accuracy, the
     profile at the smallest size, and the targets with their sources and verdicts."""
     timing, memory = results["timing"], results["memory"]
-    columns = [*METHODS, "floor", "gemms"]
+    columns = [*METHODS, "pr4", "floor", "gemms"]
     time_rows = [
         [fmt_size(row["size"]), str(row["threads"]), row["pass"],
-         *(fmt_ms(row["ms"].get(m)) for m in columns)]
+         *(fmt_ms(row["ms"].get(m)) for m in columns), PR4_TARGET.check("", row["ms"]).shown]
         for row in timing["rows"]
     ]  # fmt: skip
     found, attn = checks(results), attn_checks(results)
     counts = timing["threads"]
     at = " and ".join([*map(str, counts[:-1]), fmt_threads(counts[-1])])  # "1 and 2 threads"
     composite, output = memory["mb"]["composite"], output_mb(memory["size"])
-    mem_rows = [[LABELS[m], f"{mb:.1f}", f"{mb / composite:.3f}", f"{mb / output:.3f}"]
-                for m, mb in memory["mb"].items()]  # fmt: skip
+    native = memory["mb"].get("native")
+    mem_rows = [[LABELS[m], f"{mb:.1f}", f"{mb / composite:.3f}", f"{mb / output:.3f}",
+                 fmt_ratio(native and native / mb)] for m, mb in memory["mb"].items()]  # fmt: skip
+    pr4 = pr4_run(results)
     return "\n".join([
         "# torch.attn benchmark",
         "",
-        f"`./stack bench` (stacktool/bench/): torch {timing['torch']}, CPU ({timing['cpu']}), "
+        f"`./stack bench` (stacktool/bench/): torch {timing['torch']}, CPU {cpu_text(results)}, "
         f"float32, {at}. 1-minute load average {timing['load'][0]:.1f} "
         f"before timing, {timing['load'][1]:.1f} after (this run's own threads count): other "
         "processes on these cores make the times noisy, so compare ratios within one run only.",
@@ -111,10 +142,11 @@ def report(results: dict, settings: Settings) -> str:
         "from PR 6 on torch.attn no longer makes these calls. GEMMs alone: the six GEMMs of "
         "attn's shapes (two forward), each one at::mm into a preallocated output: q k^T, a v; "
         "backward a^T go, go v^T, gx k, gx^T q; what no implementation that calls BLAS for "
-        "them can beat."
+        "them can beat. " + pr4_text(pr4)
         + ("" if timing["has_native"] else " torch.attn does not exist in this build: n/a."),
         "",
-        table(["n, d, dv", "threads", "pass", *(LABELS[c] for c in columns)], time_rows),
+        table(["n, d, dv", "threads", "pass", *(LABELS[c] for c in columns),
+               f"native / {LABELS['pr4']}"], time_rows),  # fmt: skip
         "",
         "![composite's and torch.compile's time over native torch.attn's, per size, at "
         f"{fmt_threads(timing['threads'][-1])}](bench.png)",
@@ -129,10 +161,15 @@ def report(results: dict, settings: Settings) -> str:
         f"{LABELS['unfused']}: the floor's step (PR 4's kernel's and derivative's ATen calls: "
         "attn and the n x n gradient of q k^T alive together), which torch.attn no longer "
         "makes at any setting. "
+        f"{LABELS['pr4']}: PR 4's op as users call it, through autograd (its kernel, what "
+        "autograd saves, its derivative), in PR 4's tree as above"
+        + (f" ({pr4['note']})" if pr4["tree"] is None else "")
+        + ": native's figure is measured the same way, PR 4's unfused path without autograd. "
         f"{OUTPUT}: the n x n float32 output a alone, {output:.1f} MB, computed (n * n * 4 "
         "bytes), not measured: a peak near it means no n x n temporary beyond a.",
         "",
-        table(["method", "peak RSS growth (MB)", "/ composite", f"/ {OUTPUT}"], mem_rows),
+        table(["method", "peak RSS growth (MB)", "/ composite", f"/ {OUTPUT}", "native / it"],
+              mem_rows),  # fmt: skip
         *contended_section(results.get("contended")),
         *tanh_section(results.get("tanh")),
         *accuracy_section(results.get("accuracy")),
@@ -144,7 +181,9 @@ def report(results: dict, settings: Settings) -> str:
         "at each thread count: at least 1.5x the composite's speed at n <= 64 and 1.15x at "
         "n >= 512, forward+backward; never slower than torch.compile of the composite, forward "
         "and forward+backward; within 10 % of the floor at n >= 2048, forward+backward; "
-        "within 5 % of the GEMMs alone at n >= 512, forward and forward+backward; in the "
+        "within 5 % of the GEMMs alone at n >= 512, forward and forward+backward; at most "
+        f"1.00x {LABELS['pr4']}'s time (the code PR 6 replaces) at every size, forward and "
+        "forward+backward; in the "
         "contended case, at 2 threads, at most 1.00x the floor at n >= 2048, forward+backward, "
         "with one busy-loop process beside the run and without; peak memory "
         "at most 0.75x the composite's, at most 0.65x PR 4's unfused path's and at most "
@@ -162,13 +201,17 @@ def series(
     results: dict, other: str, count: int, inverse: bool = False, name: str = FWD_BWD
 ) -> str:
     """One ratio per size at one thread count and pass, as measured: "1.335 at 2, 3, 4; ..."
-    (other / native, or native / other when `inverse`)."""
+    (other / native, or native / other when `inverse`), shown as its target's verdict reads it
+    where one applies."""
     found = []
     for row in results["timing"]["rows"]:
         native, value = row["ms"].get("native"), row["ms"].get(other)
         if (row["pass"], row["threads"]) == (name, count) and native and value:
-            found.append(f"{native / value if inverse else value / native:.3f} at "
-                         f"{fmt_size(row['size'])}")  # fmt: skip
+            held = [t.check("", row["ms"]).shown for t in TIME_TARGETS
+                    if (t.other, t.at_least) == (other, not inverse) and name in t.passes
+                    and t.applies(row["size"][0])]  # fmt: skip
+            shown = held[0] if held else f"{native / value if inverse else value / native:.3f}"
+            found.append(f"{shown} at {fmt_size(row['size'])}")
     return "; ".join(found) or "n/a"
 
 
@@ -178,7 +221,10 @@ def summary(results: dict) -> list[str]:
     attn = attn_checks(results)
     missed = [f"{c.text} at {c.where} ({c.shown})" for c in attn if c.verdict == "not met"]
     *_, by_composite, by_unfused, by_output = attn  # the memory targets come last
-    lines = ["## Summary", ""]
+    cpu, pr4 = results.get("cpu") or {}, pr4_run(results)
+    lines = ["## Summary", "", f"- CPU: {cpu_text(results)}; of its SIMD flags: {simd_flags(cpu)}"]
+    if pr4["tree"] is None:
+        lines.append(f"- {LABELS['pr4']}: {pr4['note']}")
     for count in results["timing"]["threads"]:
         at = fmt_threads(count)
         lines += [
@@ -193,6 +239,10 @@ def summary(results: dict) -> list[str]:
             f"{series(results, 'gemms', count, inverse=True)}",
             f"- {at}, forward, native / GEMMs alone: "
             f"{series(results, 'gemms', count, inverse=True, name=FWD)}",
+            f"- {at}, forward+backward, native / {LABELS['pr4']}: "
+            f"{series(results, 'pr4', count, inverse=True)}",
+            f"- {at}, forward, native / {LABELS['pr4']}: "
+            f"{series(results, 'pr4', count, inverse=True, name=FWD)}",
         ]
     for condition, text in CONDITION_TEXT.items() if "contended" in results else ():
         found = [f"{shown} at {fmt_size(r['size'])}" for r, shown
@@ -204,6 +254,8 @@ def summary(results: dict) -> list[str]:
         f"- peak memory, native / composite: {by_composite.shown}",
         f"- peak memory, native / PR 4's unfused path: {by_unfused.shown}",
         f"- peak memory, native / {OUTPUT}: {by_output.shown}",
+        f"- peak memory, native / {LABELS['pr4']} (both through autograd): "
+        + fmt_ratio(ratio(results["memory"]["mb"], "native", "pr4")),
         f"- torch.attn's targets: {tally(attn)}"
         + (f"; not met: {'; '.join(missed)}" * bool(missed)),
     ]

@@ -1,6 +1,6 @@
-"""`./stack bench [--quick] [--out DIR]`: every phase in order (attn timing, the contended
-case, peak memory, and in the full run the tanh table, tanh's accuracy), each in worker
-processes, then bench.md, bench.json and bench.png."""
+"""`./stack bench [--quick] [--out DIR]`: every phase in order (PR 4's tree, attn timing and
+PR 4's op's, the contended case, peak memory, and in the full run the tanh table, tanh's
+accuracy), each in worker processes, then bench.md, bench.json and bench.png."""
 
 import json
 import time
@@ -9,9 +9,11 @@ from pathlib import Path
 
 from stacktool import tanh_accuracy
 from stacktool.bench.attn import PROFILE_ENV
-from stacktool.bench.common import FULL, LABELS, QUICK, fmt_size, fmt_threads, say
+from stacktool.bench.common import FULL, LABELS, QUICK, fmt_size, fmt_threads, ratio, say
 from stacktool.bench.contended import CONTENDED_QUICK_SIZES, CONTENDED_SIZES, CONTENDED_THREADS
+from stacktool.bench.cpu import cpu_facts
 from stacktool.bench.memory import MEMORY_ENV, MEMORY_METHODS, MEMORY_SIZE
+from stacktool.bench.pr4 import PR4, RATIO, merge, pr4_layout, pr4_memory, pr4_timing
 from stacktool.bench.report import report
 from stacktool.bench.tanh import tanh_speed
 from stacktool.bench.workers import spawn, worker
@@ -20,9 +22,11 @@ from stacktool.config import Layout
 QUICK_MEMORY_METHODS = ("native", "composite", "unfused")  # what the memory targets compare
 
 
-def run(layout: Layout, out_dir: Path, quick: bool) -> int:
-    """Time every method, time the contended case, measure peak memory, and (full run) time
-    and check tanh, profile the native op; write bench.md, bench.json and bench.png."""
+def run(layout: Layout, out_dir: Path, quick: bool, build=None) -> int:
+    """Time every method and PR 4's op, time the contended case, measure peak memory, and
+    (full run) time and check tanh, profile the native op; write bench.md, bench.json and
+    bench.png. `build` (cli's) makes PR 4's tree and build as the gate does; without it (the
+    gate's smoke run) the gate's are taken as they are."""
     started = time.monotonic()
     settings = QUICK if quick else FULL
 
@@ -30,13 +34,26 @@ def run(layout: Layout, out_dir: Path, quick: bool) -> int:
         say(f"[{time.monotonic() - started:5.0f} s] {line}")
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    cpu = cpu_facts()
+    log("PR 4's torch.attn: the gate's worktree and build of PR 4 (build/gate/level-4)")
+    pr4, note = pr4_layout(layout, log, build)
+    tree = pr4 and str(pr4.fork.relative_to(layout.root))
+    log(f"PR 4's torch.attn: {note}")
+    results = {"cpu": cpu, "pr4": {"note": note, "tree": tree}}
     sizes = "; ".join(fmt_size(s) for s in settings.sizes)
     log(f"timing torch.attn's methods at n, d, dv = {sizes} (one process)")
     timing = worker(layout, "timing", str(layout.fork), *(["--quick"] if quick else []),
                     env=PROFILE_ENV)  # fmt: skip
     if timing is None:
         return 1
-    results = {"timing": timing}
+    results["timing"] = timing
+    if pr4 is not None:
+        log(f"timing PR 4's torch.attn at n, d, dv = {sizes} (a process of its own, {tree})")
+        found = pr4_timing(pr4, quick, log)
+        if found is None:
+            return 1
+        merge(timing, found)
+        results["pr4"]["load"] = found["load"]
     if timing["has_native"]:
         sizes = CONTENDED_QUICK_SIZES if quick else CONTENDED_SIZES
         log(f"contended: native torch.attn and the floor, forward+backward at n, d, dv = "
@@ -55,9 +72,14 @@ def run(layout: Layout, out_dir: Path, quick: bool) -> int:
         if found is None:
             return 1
         mb[method] = found["mb"]
-    results["memory"] = {"size": MEMORY_SIZE, "mb": mb}
+    if pr4 is not None:
+        log(f"peak memory: {LABELS[PR4]} (a fresh process, {tree})")
+        mb[PR4] = pr4_memory(pr4, MEMORY_ENV, log)
+        if mb[PR4] is None:
+            return 1
+    results["memory"] = {"size": MEMORY_SIZE, "mb": mb, "ratios": {RATIO: ratio(mb, "native", PR4)}}
     if not quick:
-        results["tanh"] = tanh_speed(layout, log)
+        results["tanh"] = tanh_speed(layout, log, cpu["vendor"])
         if results["tanh"] is None:
             return 1
         log("tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)")

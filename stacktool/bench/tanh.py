@@ -70,20 +70,6 @@ def tanh_inputs(torch) -> dict:
     return found
 
 
-def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """This CPU's vendor_id as /proc/cpuinfo gives it (GenuineIntel, AuthenticAMD), or None
-    where it gives none (torch's get_cpu_capability does not tell the vendor)."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == "vendor_id":
-            return value.strip()
-    return None
-
-
 def tanh_worker(settings: Settings, sleef_dir: Path | None, copy: bool) -> dict:
     """ms per tanh of each case in this process's torch (which one, at which capability and
     FLOAT_TANH, goes with the result); with `sleef_dir`, Sleef u10's too, built there; with
@@ -158,11 +144,11 @@ def reads_float_tanh(layout: Layout) -> bool:
     return library.exists() and FLOAT_TANH.encode() in library.read_bytes()
 
 
-def tanh_speed(layout: Layout, log) -> dict | None:
+def tanh_speed(layout: Layout, log, vendor: str | None) -> dict | None:
     """The tanh table: every worker of every capability this CPU has, one process each, and
-    this CPU's vendor (a target applies on Intel CPUs only). Each result says which torch ran,
-    at which capability and FLOAT_TANH, and is refused if that is not what it is labelled
-    with."""
+    this CPU's `vendor` (cpu.cpu_facts's; a target applies on Intel CPUs only). Each result
+    says which torch ran, at which capability and FLOAT_TANH, and is refused if that is not
+    what it is labelled with."""
     capabilities = tanh_accuracy.supported(layout)
     found = {}
     for capability in capabilities:
@@ -184,6 +170,6 @@ def tanh_speed(layout: Layout, log) -> dict | None:
     return {
         "capabilities": capabilities,
         "reads_float_tanh": reads_float_tanh(layout),
-        "cpu_vendor": cpu_vendor(),
+        "cpu_vendor": vendor,
         "rows": tanh_rows(found),
     }

@@ -76,6 +76,9 @@ class Target:
         return Check(self.text(), where, ratio(values, top, bottom), self.bound, self.at_least)
 
 
+# review round 6, PR 6 against the code it replaces: no case slower than PR 4's torch.attn
+# (pr4.py), forward and forward+backward
+PR4_TARGET = Target("pr4", lambda n: True, 1.0, at_least=False, passes=(FWD, FWD_BWD))
 TIME_TARGETS = (  # each at every thread count
     Target("composite", lambda n: n <= 64, 1.5, at_least=True),
     Target("composite", lambda n: n >= 512, 1.15, at_least=True),
@@ -84,6 +87,7 @@ TIME_TARGETS = (  # each at every thread count
     Target("floor", lambda n: n >= 2048, 1.10, at_least=False),  # within 10% of the floor
     # within 5% of the GEMMs alone, forward and forward+backward
     Target("gemms", lambda n: n >= 512, 1.05, at_least=False, passes=(FWD, FWD_BWD)),
+    PR4_TARGET,
 )
 # The contended case (contended.py), with one busy-loop process beside the run and without:
 # native forward+backward at most 1.0x PR 4's ATen calls (the floor)

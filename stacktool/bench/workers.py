@@ -9,6 +9,7 @@ from pathlib import Path
 
 from stacktool.bench.common import say
 from stacktool.config import Layout
+from stacktool.suites import INDUCTOR_CACHE
 
 # Every worker is CPU-only. torch.utils.cpp_extension (imported by torch.utils.benchmark,
 # inductor and upstream's test utilities) looks for a CUDA toolkit when imported and, finding
@@ -19,12 +20,13 @@ WORKER_ENV = {"CUDA_HOME": "", "CUDA_PATH": ""}
 
 def spawn(layout: Layout, *args: str, env: dict[str, str | None] | None = None) -> bool:
     """Run a worker under the venv's Python; its stderr (progress, tracebacks) shows live.
-    `env` adds to this process's environment; a None value removes the variable."""
+    `env` adds to this process's environment; a None value removes the variable. torch.compile
+    caches in the tree's own folder for the worker's ATEN_CPU_CAPABILITY (as suites.suite_env)."""
     env = {**os.environ, **layout.python_env, **WORKER_ENV, **(env or {})}
+    env = {name: value for name, value in env.items() if value is not None}
+    env[INDUCTOR_CACHE] = str(layout.inductor_cache(env.get("ATEN_CPU_CAPABILITY")))
     proc = subprocess.run(
-        [str(layout.python), "-m", "stacktool.bench", *args],
-        cwd=layout.root,
-        env={name: value for name, value in env.items() if value is not None},
+        [str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env
     )
     return proc.returncode == 0
 

@@ -89,8 +89,9 @@ class GemmsTest(unittest.TestCase):
 
 
 class TimeWorkerTest(unittest.TestCase):
-    def test_every_step_at_each_thread_count_in_one_measure_and_a_row_per_count(self):
-        torch = mock.MagicMock(__version__="2.6.0")
+    def time_worker(self, native_only=False):
+        """time_worker on fakes: (torch, its methods, the steps of each measure(), result)."""
+        torch = mock.MagicMock(__version__="2.6.0", __file__="/t/torch/__init__.py")
         methods = {"native": mock.Mock(), "composite": mock.Mock()}
         measured = []
 
@@ -98,12 +99,19 @@ class TimeWorkerTest(unittest.TestCase):
             measured.append(steps)
             return {key: {"ms": 1.0, "rounds_ms": [1.0]} for key in steps}
 
-        with (mock.patch.object(attn, "load_torch", return_value=(torch, methods)),
+        load = mock.Mock(return_value=(torch, methods))
+        with (mock.patch.object(attn, "load_torch", load),
               mock.patch.object(attn, "measure", measure),
               mock.patch.object(attn, "thread_counts", return_value=(1, 2)),
               mock.patch.dict(sys.modules, {"torch.utils.benchmark": mock.Mock()}),
               mock.patch.object(attn, "say")):  # fmt: skip
-            found = attn.time_worker(mock.Mock(), QUICK)
+            found = attn.time_worker(mock.Mock(), QUICK, native_only)
+        self.assertEqual(load.call_args.kwargs, {"with_function": not native_only})
+        self.assertEqual(found["torch_file"], "/t/torch/__init__.py")  # what pr4.py checks
+        return torch, methods, measured, found
+
+    def test_every_step_at_each_thread_count_in_one_measure_and_a_row_per_count(self):
+        torch, methods, measured, found = self.time_worker()
         self.assertEqual(len(measured), len(QUICK.sizes))  # one measure() per size
         forward = {"native", "composite", "gemms", "compile", "compile_attn"}
         both = {"native", "composite", "floor", "gemms", "compile", "compile_attn"}
@@ -127,6 +135,17 @@ class TimeWorkerTest(unittest.TestCase):
         )
         self.assertEqual(set(found["rows"][1]["ms"]), both)
         self.assertNotIn("profile", found)  # the quick run profiles nothing
+
+    def test_native_only_times_the_native_op_alone(self):
+        # PR 4's tree's run (pr4.py): no baselines, no torch.compile, no PR 2 Function
+        torch, _, measured, found = self.time_worker(native_only=True)
+        self.assertEqual(
+            set(measured[0]), {(c, p, "native") for c in (1, 2) for p in (FWD, FWD_BWD)}
+        )
+        torch.compile.assert_not_called()
+        self.assertEqual(
+            [set(row["ms"]) for row in found["rows"]], [{"native"}] * 4 * len(QUICK.sizes)
+        )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ class MemoryWorkerTest(unittest.TestCase):
     def steps(self, method: str) -> tuple[list[str], dict]:
         """What memory_worker(method) did, in order, and what it returned."""
         log = []
-        torch = self.torch = mock.Mock()
+        torch = self.torch = mock.Mock(__file__="/t/torch/__init__.py")
         torch.set_float32_matmul_precision.side_effect = lambda p: log.append(f"precision {p}")
         methods = {"native": "torch.attn", "composite": "composite"}
 
@@ -43,6 +43,7 @@ class MemoryWorkerTest(unittest.TestCase):
         log, found = self.steps("native")
         self.assertEqual(log, ["step torch.attn", "step torch.attn"])
         self.assertEqual(found["method"], "native")
+        self.assertEqual(found["torch_file"], "/t/torch/__init__.py")  # what pr4.py checks
 
     def test_the_workers_entry_point_takes_unfused(self):
         worker = mock.Mock(return_value={"method": "unfused", "mb": 1.0})

@@ -21,11 +21,12 @@ class ReportTest(unittest.TestCase):
         rows = [
             {"size": [2, 3, 4], "threads": 1, "pass": FWD,
              "ms": {"native": 0.01, "composite": 0.0123, "function": 0.05, "compile": 0.04,
-                    "gemms": 0.005}},
+                    "gemms": 0.005, "pr4": 0.0125}},
             row((2, 3, 4), native=0.1, composite=0.2, compile=0.3, floor=0.05, gemms=0.02),
         ]  # fmt: skip
-        text = report(results(rows, memory(20.0)), QUICK)
-        self.assertIn("float32, 1 and 2 threads.", text)
+        text = report(results(rows, memory(20.0, pr4=40.0)), QUICK)
+        self.assertIn("CPU AuthenticAMD family 25 model 1 stepping 1 (AMD EPYC), float32, 1 and 2 "
+                      "threads.", text)  # fmt: skip
         self.assertIn("Each step is a `Timer` with its thread count (num_threads: 1 and 2 "
                       "threads)", text)  # fmt: skip
         self.assertIn("blocked_autorange(min_run_time=0.01)", text)
@@ -41,15 +42,34 @@ class ReportTest(unittest.TestCase):
                       "at::mm into a preallocated output", text)  # fmt: skip
         self.assertIn(
             "| n, d, dv | threads | pass | native torch.attn | composite (eager) | PR 2 Function "
-            "| torch.compile(composite) | torch.compile(torch.attn) | floor | GEMMs alone |",
-            text)  # fmt: skip
-        self.assertIn("| 2, 3, 4 | 1 | forward | 0.01 | 0.0123 | 0.05 | 0.04 | n/a | n/a | 0.005 |",
+            "| torch.compile(composite) | torch.compile(torch.attn) | PR 4's torch.attn | floor "
+            "| GEMMs alone | native / PR 4's torch.attn |", text)  # fmt: skip
+        self.assertIn("| 2, 3, 4 | 1 | forward | 0.01 | 0.0123 | 0.05 | 0.04 | n/a | 0.0125 | n/a "
+                      "| 0.005 | 0.800 |", text)  # fmt: skip
+        self.assertIn("| 2, 3, 4 | 2 | forward+backward | 0.1 | 0.2 | 1 | 0.3 | n/a | n/a | 0.05 "
+                      "| 0.02 | n/a |", text)  # fmt: skip
+        self.assertIn("PR 4's torch.attn: the op PR 6's CPU kernel replaces, as users call it "
+                      "(through autograd), forward and forward+backward as native's: torch.attn "
+                      "of PR 4's commit, from the gate's worktree build/gate/level-4/pytorch with "
+                      "its own overlay build (built at 0123456789ab), timed in a process of its "
+                      "own", text)  # fmt: skip
+        self.assertIn("(1-minute load average 0.5 before, 0.8 after)", text)
+        self.assertIn("| method | peak RSS growth (MB) | / composite | / attn output "
+                      "| native / it |", text)  # fmt: skip
+        self.assertIn("| PR 2 Function | 116.0 | 1.731 | 7.250 | 0.172 |", text)
+        self.assertIn("| native torch.attn | 20.0 | 0.299 | 1.250 | 1.000 |", text)
+        self.assertIn("| PR 4's torch.attn | 40.0 | 0.597 | 2.500 | 0.500 |", text)
+        self.assertIn("PR 4's torch.attn: PR 4's op as users call it, through autograd (its "
+                      "kernel, what autograd saves, its derivative), in PR 4's tree as above: "
+                      "native's figure is measured the same way, PR 4's unfused path without "
+                      "autograd.", text)  # fmt: skip
+        self.assertIn("- peak memory, native / PR 4's torch.attn (both through autograd): 0.500\n",
                       text)  # fmt: skip
-        self.assertIn("| 2, 3, 4 | 2 | forward+backward | 0.1 | 0.2 | 1 | 0.3 | n/a | 0.05 | 0.02 |",
+        self.assertIn("at most 1.00x PR 4's torch.attn's time (the code PR 6 replaces) at every "
+                      "size, forward and forward+backward", text)  # fmt: skip
+        self.assertIn("| native / pr4 <= 1.00 | 2, 3, 4 forward, 1 thread | 0.800 | met |", text)
+        self.assertIn("| native / pr4 <= 1.00 | 2, 3, 4 forward+backward, 2 threads | n/a | n/a |",
                       text)  # fmt: skip
-        self.assertIn("| method | peak RSS growth (MB) | / composite | / attn output |", text)
-        self.assertIn("| PR 2 Function | 116.0 | 1.731 | 7.250 |", text)
-        self.assertIn("| native torch.attn | 20.0 | 0.299 | 1.250 |", text)
         self.assertIn("attn output: the n x n float32 output a alone, 16.0 MB, computed", text)
         self.assertIn("within 5 % of the GEMMs alone at n >= 512, forward and forward+backward",
                       text)  # fmt: skip
@@ -64,11 +84,11 @@ class ReportTest(unittest.TestCase):
         self.assertIn(
             "| native / attn output <= 1.40 | 2048, 64, 64 peak memory | 1.250 | met |", text
         )
-        self.assertIn("| PR 4's unfused path | 60.0 | 0.896 | 3.750 |", text)
+        self.assertIn("| PR 4's unfused path | 60.0 | 0.896 | 3.750 | 0.333 |", text)
         self.assertIn("PR 4's unfused path: the floor's step (PR 4's kernel's and derivative's "
                       "ATen calls", text)  # fmt: skip
-        self.assertTrue(text.endswith("torch.attn: 6 met, 0 not met, 0 n/a. All targets of this "
-                                      "run, tanh's included: 6 met, 0 not met, 0 n/a.\n"))  # fmt: skip
+        self.assertTrue(text.endswith("torch.attn: 7 met, 0 not met, 1 n/a. All targets of this "
+                                      "run, tanh's included: 7 met, 0 not met, 1 n/a.\n"))  # fmt: skip
         self.assertIn("(bench.png)", text)
         self.assertNotIn("does not exist", text)
         self.assertNotIn("2^32", text)  # no tanh, accuracy or profile sections in a quick run
@@ -77,17 +97,28 @@ class ReportTest(unittest.TestCase):
 
     def test_summary_quotes_the_targets_ratios_per_thread_count(self):
         rows = [row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022, threads=1),
-                row((4096, 128, 128), 250.0, 500.0, 300.0, floor=240.0, gemms=245.0, threads=1),
+                row((4096, 128, 128), 250.0, 500.0, 300.0, floor=240.0, gemms=245.0, threads=1,
+                    pr4=260.0),
                 # forward at 1 thread: 1.2x the GEMMs, not met
                 {**row((4096, 128, 128), 60.0, 80.0, 70.0, gemms=50.0, threads=1), "pass": FWD},
                 row((2, 3, 4), 0.0642, 0.0857, 0.193, floor=0.022),
-                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0, gemms=230.0)]  # fmt: skip
+                # PR 4's op 1.0004: not met, shown as its verdict reads it
+                row((4096, 128, 128), 248.0, 325.0, 247.0, floor=240.0, gemms=230.0, pr4=247.9)]  # fmt: skip
         tanh = tanh_table([
             tanh_row("default", "contiguous", 1, 13.5, 13.6, copy=1.0),
             tanh_row("avx2", "contiguous", 1, 13.5, 2.59, vectorized=1.2, copy=1.0),
             tanh_row("avx2", "rows of 17", 1, 8.65, 9.5),
         ], ["default", "avx2"])  # fmt: skip
         text = "\n".join(summary(results(rows, memory(34.9, 50.0), tanh=tanh)))
+        self.assertIn("## Summary\n\n- CPU: AuthenticAMD family 25 model 1 stepping 1 (AMD EPYC); "
+                      "of its SIMD flags: avx2 fma\n", text)  # fmt: skip
+        self.assertIn("- 1 thread, forward+backward, native / PR 4's torch.attn: 0.962 at 4096, "
+                      "128, 128\n", text)  # fmt: skip
+        self.assertIn("- 2 threads, forward+backward, native / PR 4's torch.attn: 1.0004 at 4096, "
+                      "128, 128\n", text)  # fmt: skip
+        self.assertIn("- 2 threads, forward, native / PR 4's torch.attn: n/a\n", text)
+        self.assertIn("- peak memory, native / PR 4's torch.attn (both through autograd): n/a\n",
+                      text)  # PR 4's op's memory not measured  # fmt: skip
         self.assertIn("- 1 thread, forward+backward, composite / native: 1.335 at 2, 3, 4; "
                       "2.000 at 4096, 128, 128\n", text)  # fmt: skip
         self.assertIn("- 2 threads, forward+backward, composite / native: 1.335 at 2, 3, 4; "
@@ -102,13 +133,14 @@ class ReportTest(unittest.TestCase):
         self.assertIn("- peak memory, native / composite: 0.698\n", text)
         self.assertIn("- peak memory, native / PR 4's unfused path: 0.582\n", text)
         self.assertIn("- peak memory, native / attn output: 2.181\n", text)
-        self.assertIn("- torch.attn's targets: 11 met, 6 not met, 0 n/a; not met: composite / "
+        self.assertIn("- torch.attn's targets: 12 met, 7 not met, 3 n/a; not met: composite / "
                       "native >= 1.50 at 2, 3, 4 forward+backward, 1 thread (1.335); native / "
                       "gemms <= 1.05 at 4096, 128, 128 forward, 1 thread (1.200); "
                       "composite / native >= 1.50 at 2, 3, 4 forward+backward, 2 threads "
                       "(1.335); compile / native >= 1.00 at 4096, 128, 128 forward+backward, 2 "
                       "threads (0.996); native / gemms <= 1.05 at 4096, 128, 128 "
-                      "forward+backward, 2 threads (1.078); native / attn output <= 1.40 at "
+                      "forward+backward, 2 threads (1.078); native / pr4 <= 1.00 at 4096, 128, "
+                      "128 forward+backward, 2 threads (1.0004); native / attn output <= 1.40 at "
                       "2048, 64, 64 peak memory (2.181)\n", text)  # fmt: skip
         self.assertIn("- tanh contiguous 2048 x 2048, 1 thread, v2.6.0 / this stack: 0.993 "
                       "default, 5.212 avx2\n", text)  # fmt: skip
@@ -123,10 +155,25 @@ class ReportTest(unittest.TestCase):
         rows = [row((64, 32, 32), None, 1.0, 1.5, floor=0.5, gemms=0.25)]
         text = report(results(rows, memory(None), has_native=False), FULL)
         self.assertIn("torch.attn does not exist in this build: n/a.", text)
-        self.assertIn("| 64, 32, 32 | 2 | forward+backward | n/a | 1 | 1 | 1.5 | n/a | 0.5 | 0.25 |",
-                      text)  # fmt: skip
+        self.assertIn("| 64, 32, 32 | 2 | forward+backward | n/a | 1 | 1 | 1.5 | n/a | n/a | 0.5 "
+                      "| 0.25 | n/a |", text)  # fmt: skip
         self.assertNotIn("native torch.attn |", text.split("| method |")[1].split("Targets")[0])
-        self.assertIn("torch.attn: 0 met, 0 not met, 5 n/a.", text)
+        self.assertIn("| composite (eager) | 67.0 | 1.000 | 4.188 | n/a |", text)
+        self.assertIn("torch.attn: 0 met, 0 not met, 6 n/a.", text)
+
+    def test_without_pr_4s_build_the_column_says_why(self):
+        rows = [row((64, 32, 32), 1.0, 2.0, 1.5, floor=0.5, gemms=0.25)]
+        why = {"note": "not run: no level-4 build (run ./stack test first)", "tree": None}
+        text = report(results(rows, memory(10.0), pr4=why), QUICK)
+        self.assertIn("## Summary\n\n- CPU: AuthenticAMD family 25 model 1 stepping 1 (AMD "
+                      "EPYC); of its SIMD flags: avx2 fma\n- PR 4's torch.attn: not run: no "
+                      "level-4 build (run ./stack test first)\n", text)  # fmt: skip
+        self.assertIn("them can beat. PR 4's torch.attn: not run: no level-4 build (run ./stack "
+                      "test first).", text)  # fmt: skip
+        self.assertIn("in PR 4's tree as above (not run: no level-4 build (run ./stack test "
+                      "first)): native's figure", text)  # fmt: skip
+        self.assertIn("| 64, 32, 32 | 2 | forward+backward | 1 | 2 | 1 | 1.5 | n/a | n/a | 0.5 "
+                      "| 0.25 | n/a |", text)  # fmt: skip
 
     def test_contended_table_load_averages_targets_and_summary(self):
         rows = [contended_row((2048, 64, 64), "uncontended", 20.0, 21.0),

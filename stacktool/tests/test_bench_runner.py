@@ -11,28 +11,39 @@ from pathlib import Path
 from unittest import mock
 
 from stacktool import tanh_accuracy
-from stacktool.bench import runner, tanh, workers
+from stacktool.bench import pr4, runner, workers
+from stacktool.bench.common import FWD_BWD
 from stacktool.config import Layout
 from stacktool.suites import Result
-from stacktool.tests.bench_fixtures import contended, contended_row, row, timing
+from stacktool.tests.bench_fixtures import CPU, contended, contended_row, row, timing
+
+LEVEL_4 = Layout(Path("/nonexistent")).gate_tree(4)  # the gate's worktree and build of PR 4
 
 
 class RunTest(unittest.TestCase):
-    def run_bench(self, quick: bool, has_native: bool = True):
-        """bench.run with its workers faked (by what each writes); (spawned, phases, files)."""
+    def run_bench(self, quick: bool, has_native: bool = True, build=None):
+        """bench.run with its workers faked (by what each writes); (spawned, phases, report,
+        bench.json). A worker whose environment names the level-4 build runs PR 4's torch."""
         layout = Layout(Path("/nonexistent"))
         spawned = []
 
         def fake_run(cmd, cwd, env):
             command, args = cmd[3], cmd[4:]
             spawned.append((command, args, env))
-            if command == "timing":
-                result = timing([row((2, 3, 4), 1.0, 2.0, 2.0, floor=0.5)], has_native)
+            level_4 = env.get("STACK_OVERLAY_BUILD") == str(LEVEL_4.overlay)
+            torch_file = str((LEVEL_4 if level_4 else layout).fork / "torch" / "__init__.py")
+            if command == "timing" and level_4:
+                result = {**timing([{**row((2, 3, 4), 1.25, None, None), "rounds_ms": {
+                    "native": [1.25, 1.5]}}]), "torch_file": torch_file, "load": [0.5, 0.75]}  # fmt: skip
+            elif command == "timing":
+                result = timing([{**row((2, 3, 4), 1.0, 2.0, 2.0, floor=0.5), "rounds_ms": {}}],
+                                has_native)  # fmt: skip
             elif command == "contended":
                 result = contended([contended_row((512, 64, 64), c, 1.0, 1.0)
                                     for c in ("uncontended", "contended")])  # fmt: skip
             elif command == "memory":
-                result = {"method": args[-1], "mb": 10.0}
+                mb = 20.0 if level_4 else 10.0
+                result = {"method": args[-1], "mb": mb, "torch_file": torch_file}
             elif command == "tanh":
                 wheel = env.get("PYTHONPATH") == str(layout.wheel_tree)
                 impls = ["torch"] + [name for name in ("sleef", "copy") if f"--{name}" in args]
@@ -57,14 +68,16 @@ class RunTest(unittest.TestCase):
               mock.patch.object(workers.subprocess, "run", fake_run),
               mock.patch.object(tanh_accuracy, "supported", lambda _: ["default", "avx2"]),
               mock.patch.object(tanh_accuracy, "run", accuracy),
-              mock.patch.object(tanh, "cpu_vendor", lambda: "GenuineIntel"),
+              mock.patch.object(runner, "cpu_facts", lambda: {**CPU, "vendor": "GenuineIntel"}),
               contextlib.redirect_stderr(err), contextlib.redirect_stdout(out)):  # fmt: skip
-            self.assertEqual(runner.run(layout, Path(tmp), quick=quick), 0)
+            self.assertEqual(runner.run(layout, Path(tmp), quick=quick, build=build), 0)
             written = sorted(path.name for path in Path(tmp).iterdir())
             report = (Path(tmp) / "bench.md").read_text()
-            if not quick:
-                self.assertEqual(json.loads((Path(tmp) / "bench.json").read_text())["tanh"][
-                    "cpu_vendor"], "GenuineIntel")  # fmt: skip
+            found = json.loads((Path(tmp) / "bench.json").read_text())
+        # the CPU's facts, and the vendor the Intel-only target reads, from the same record
+        self.assertEqual(found["cpu"], {**CPU, "vendor": "GenuineIntel"})
+        if not quick:
+            self.assertEqual(found["tanh"]["cpu_vendor"], "GenuineIntel")
         self.assertEqual(written, ["bench.json", "bench.md"])
         self.assertEqual(out.getvalue(), report + "\n")
         for _, _, env in spawned:  # no "No CUDA runtime is found" from any worker
@@ -72,15 +85,17 @@ class RunTest(unittest.TestCase):
         self.assertEqual(spawned[0][2]["KINETO_LOG_LEVEL"], "5")  # the profiling worker's
         phases = [line.split("] ", 1)[1] for line in err.getvalue().splitlines()]
         self.assertEqual(phases[-2:], ["plotting", f"wrote bench.md, bench.json to {tmp}"])
-        return spawned, phases[:-2], report
+        return spawned, phases[:-2], report, found
 
     def test_quick_run_names_each_phase(self):
-        spawned, phases, report = self.run_bench(quick=True)
+        spawned, phases, report, found = self.run_bench(quick=True)
         self.assertEqual([name for name, _, _ in spawned], ["timing", "contended", "memory",
                                                          "memory", "memory", "plot"])  # fmt: skip
         self.assertEqual(spawned[1][1][1:], ["/nonexistent/pytorch", "--quick"])
         self.assertIn("| 512, 64, 64 | 2 | contended |", report)
         self.assertEqual(phases, [
+            "PR 4's torch.attn: the gate's worktree and build of PR 4 (build/gate/level-4)",
+            "PR 4's torch.attn: not run: no level-4 build (run ./stack test first)",
             "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
             "(one process)",
             "contended: native torch.attn and the floor, forward+backward at n, d, dv = "
@@ -89,15 +104,67 @@ class RunTest(unittest.TestCase):
             "peak memory: composite (eager) (a fresh process)",
             "peak memory: PR 4's unfused path (a fresh process)",
         ])  # fmt: skip
+        # no build asked for (the gate's smoke run) and none there: the column says why
+        self.assertEqual(found["pr4"], {"note": pr4.NO_BUILD, "tree": None})
+        self.assertIn("- PR 4's torch.attn: not run: no level-4 build (run ./stack test first)\n",
+                      report)  # fmt: skip
+        self.assertEqual(found["memory"]["ratios"], {"native / pr4": None})
+
+    def test_pr_4s_op_is_timed_and_measured_in_the_gates_level_4_tree(self):
+        made = []
+
+        def each_level(layout, log, build, only):
+            made.append((build, only))  # made and built as the gate makes them
+            yield 4, "0123456789abcdef", LEVEL_4
+
+        with mock.patch.object(pr4.gate, "each_level", each_level):
+            spawned, phases, report, found = self.run_bench(quick=True, build="cli's build")
+        self.assertEqual(made, [("cli's build", 4)])
+        self.assertEqual([(name, args[1:]) for name, args, _ in spawned], [
+            ("timing", ["/nonexistent/pytorch", "--quick"]),
+            ("timing", [str(LEVEL_4.fork), "--native-only", "--quick"]),
+            ("contended", ["/nonexistent/pytorch", "--quick"]),
+            ("memory", ["/nonexistent/pytorch", "--method", "native"]),
+            ("memory", ["/nonexistent/pytorch", "--method", "composite"]),
+            ("memory", ["/nonexistent/pytorch", "--method", "unfused"]),
+            ("memory", [str(LEVEL_4.fork), "--method", "native"]),
+            ("plot", [str(Path(spawned[-1][1][0]).parent / "bench.png")]),
+        ])  # fmt: skip
+        for index in (1, 6):  # PR 4's torch: its tree first on sys.path, its build loaded
+            env = spawned[index][2]
+            self.assertEqual((env["PYTHONPATH"], env["STACK_OVERLAY_BUILD"]),
+                             (str(LEVEL_4.fork), str(LEVEL_4.overlay)))  # fmt: skip
+        self.assertEqual(spawned[6][2]["MALLOC_MMAP_THRESHOLD_"], "65536")  # as every memory run
+        self.assertNotIn("STACK_OVERLAY_BUILD", spawned[0][2])
+        self.assertEqual(phases[:3], [
+            "PR 4's torch.attn: the gate's worktree and build of PR 4 (build/gate/level-4)",
+            "PR 4's torch.attn: built at 0123456789ab",
+            "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
+            "(one process)",
+        ])  # fmt: skip
+        self.assertIn("timing PR 4's torch.attn at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 (a "
+                      "process of its own, build/gate/level-4/pytorch)", phases)  # fmt: skip
+        self.assertIn("peak memory: PR 4's torch.attn (a fresh process, "
+                      "build/gate/level-4/pytorch)", phases)  # fmt: skip
+        self.assertEqual(found["pr4"], {"note": "built at 0123456789ab",
+                                        "tree": "build/gate/level-4/pytorch", "load": [0.5, 0.75]})  # fmt: skip
+        (timed,) = found["timing"]["rows"]
+        self.assertEqual((timed["pass"], timed["ms"]["pr4"], timed["rounds_ms"]["pr4"]),
+                         (FWD_BWD, 1.25, [1.25, 1.5]))  # fmt: skip
+        self.assertEqual(timed["ratios"], {"native / pr4": 0.8})
+        self.assertEqual(found["memory"]["mb"]["pr4"], 20.0)
+        self.assertEqual(found["memory"]["ratios"], {"native / pr4": 0.5})
+        self.assertIn("| native / pr4 <= 1.00 | 2, 3, 4 forward+backward, 2 threads | 0.800 | met |",
+                      report)  # fmt: skip
 
     def test_without_torch_attn_there_is_no_contended_case(self):
-        spawned, phases, report = self.run_bench(quick=True, has_native=False)
+        spawned, phases, report, _ = self.run_bench(quick=True, has_native=False)
         self.assertEqual([name for name, _, _ in spawned], ["timing", "memory", "plot"])
         self.assertFalse([p for p in phases if p.startswith("contended")])
         self.assertNotIn("## Contended", report)
 
     def test_full_run_times_tanh_per_capability_and_checks_accuracy(self):
-        spawned, phases, report = self.run_bench(quick=False)
+        spawned, phases, report, _ = self.run_bench(quick=False)
         tanh = [(args, env["ATEN_CPU_CAPABILITY"]) for name, args, env in spawned
                 if name == "tanh"]  # fmt: skip
         self.assertEqual([(args[1:], cap) for args, cap in tanh], [

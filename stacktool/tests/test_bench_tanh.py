@@ -58,7 +58,7 @@ class TanhTableTest(unittest.TestCase):
 
         with (mock.patch.object(tanh, "worker", worker),
               mock.patch.object(tanh_accuracy, "supported", lambda _: ["avx2"])):  # fmt: skip
-            self.assertIsNone(tanh.tanh_speed(Layout(Path("/nonexistent")), log.append))
+            self.assertIsNone(tanh.tanh_speed(Layout(Path("/nonexistent")), log.append, None))
         self.assertEqual([env["ATEN_CPU_FLOAT_TANH"] for env in envs], [None, None, "vectorized"])
         self.assertEqual(log[-1], "this stack, vectorized [avx2] ran t as avx2, "
                                   "ATEN_CPU_FLOAT_TANH=None")  # fmt: skip
@@ -67,18 +67,6 @@ class TanhTableTest(unittest.TestCase):
         self.assertEqual(tanh.PER_ELEMENT, {"in cache": 16384})
         self.assertIn("randn(16384)", tanh.TANH_CASES["in cache"])
         self.assertEqual(list(tanh.TANH_CASES)[:2], ["contiguous", "in cache"])
-
-    def test_the_cpu_vendor_is_read_off_cpuinfo(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            cpuinfo = Path(tmp) / "cpuinfo"
-            self.assertIsNone(tanh.cpu_vendor(cpuinfo))  # none there
-            cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n"
-                               "\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n")  # fmt: skip
-            self.assertEqual(tanh.cpu_vendor(cpuinfo), tanh.INTEL)
-            cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n")
-            self.assertEqual(tanh.cpu_vendor(cpuinfo), "AuthenticAMD")
-            cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n")
-            self.assertIsNone(tanh.cpu_vendor(cpuinfo))  # aarch64's has no vendor_id
 
     def test_whether_the_build_reads_the_variable_is_read_off_its_library(self):
         with tempfile.TemporaryDirectory() as tmp:

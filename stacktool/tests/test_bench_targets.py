@@ -19,57 +19,64 @@ from stacktool.tests.bench_fixtures import (
 
 class ChecksTest(unittest.TestCase):
     def test_targets_by_size_and_thread_count(self):
-        rows = [row(s, 1.0, 2.0, 2.0, floor=1.0, gemms=1.0, threads=t) for s in SIZES
+        rows = [row(s, 1.0, 2.0, 2.0, floor=1.0, gemms=1.0, pr4=1.0, threads=t) for s in SIZES
                 for t in (1, 2)]  # fmt: skip
         found = targets.checks(results(rows, memory(10.0)))
         self.assertEqual([(c.text, c.where) for c in found[:4]], [
             ("composite / native >= 1.50", f"2, 3, 4 {FWD_BWD}, 1 thread"),
             ("compile / native >= 1.00", f"2, 3, 4 {FWD_BWD}, 1 thread"),
+            ("native / pr4 <= 1.00", f"2, 3, 4 {FWD_BWD}, 1 thread"),  # at every size
             ("composite / native >= 1.50", f"2, 3, 4 {FWD_BWD}, 2 threads"),
-            ("compile / native >= 1.00", f"2, 3, 4 {FWD_BWD}, 2 threads"),
         ])  # fmt: skip
         self.assertEqual(
             [c.text for c in found if c.where.startswith("512, 64, 64 forward+backward, 1 ")],
-            ["composite / native >= 1.15", "compile / native >= 1.00", "native / gemms <= 1.05"],
+            ["composite / native >= 1.15", "compile / native >= 1.00", "native / gemms <= 1.05",
+             "native / pr4 <= 1.00"],
         )  # fmt: skip
         self.assertEqual(
             [c.text for c in found if c.where.startswith("2048, 64, 64 forward+backward, 2 ")],
             ["composite / native >= 1.15", "compile / native >= 1.00", "native / floor <= 1.10",
-             "native / gemms <= 1.05"],
+             "native / gemms <= 1.05", "native / pr4 <= 1.00"],
         )  # fmt: skip
-        # per thread count: 2 at n <= 64, 3 at 512, 4 at 2048 and 4096; then the memory three
-        self.assertEqual(len(found), 2 * (2 + 2 + 3 + 4 + 4) + 3)
+        # per thread count: 3 at n <= 64, 4 at 512, 5 at 2048 and 4096; then the memory three
+        self.assertEqual(len(found), 2 * (3 + 3 + 4 + 5 + 5) + 3)
         self.assertEqual([c.where for c in found[-3:]], ["2048, 64, 64 peak memory"] * 3)
 
     def test_bounds_are_inclusive_and_directions_right(self):
         found = targets.checks(results([
-            row((2, 3, 4), native=2.0, composite=3.0, compile=1.9),  # 1.50x met; 0.95x not met
-            row((512, 64, 64), native=10.0, composite=11.4, compile=10.0, gemms=9.5,
-                threads=1),  # 1.14x not met; 1.0x met; 1.0526 not met
+            row((2, 3, 4), native=2.0, composite=3.0, compile=1.9,
+                pr4=2.0),  # 1.50x met; 0.95x not met; PR 4's op 1.000 met
+            row((512, 64, 64), native=10.0, composite=11.4, compile=10.0, gemms=9.5, pr4=9.99,
+                threads=1),  # 1.14x not met; 1.0x met; 1.0526 not met; 1.001 not met
             row((2048, 64, 64), native=21.9, composite=40.0, compile=30.0, floor=20.0,
-                gemms=21.0),  # floor 1.095 met, gemms 1.043 met
+                gemms=21.0, pr4=30.0),  # floor 1.095 met, gemms 1.043 met, PR 4's 0.73 met
             row((4096, 128, 128), native=22.2, composite=40.0, compile=30.0, floor=20.0,
-                gemms=21.15),  # 1.11 not met; 1.0496 met
+                gemms=21.15),  # 1.11 not met; 1.0496 met; PR 4's op not timed: n/a
         ], memory(20.8, unfused=34.7)))  # fmt: skip
         fb = FWD_BWD
         self.assertEqual(verdicts(found), [
             ("composite / native >= 1.50", f"2, 3, 4 {fb}, 2 threads", "met"),
             ("compile / native >= 1.00", f"2, 3, 4 {fb}, 2 threads", "not met"),
+            ("native / pr4 <= 1.00", f"2, 3, 4 {fb}, 2 threads", "met"),
             ("composite / native >= 1.15", f"512, 64, 64 {fb}, 1 thread", "not met"),
             ("compile / native >= 1.00", f"512, 64, 64 {fb}, 1 thread", "met"),
             ("native / gemms <= 1.05", f"512, 64, 64 {fb}, 1 thread", "not met"),
+            ("native / pr4 <= 1.00", f"512, 64, 64 {fb}, 1 thread", "not met"),
             ("composite / native >= 1.15", f"2048, 64, 64 {fb}, 2 threads", "met"),
             ("compile / native >= 1.00", f"2048, 64, 64 {fb}, 2 threads", "met"),
             ("native / floor <= 1.10", f"2048, 64, 64 {fb}, 2 threads", "met"),
             ("native / gemms <= 1.05", f"2048, 64, 64 {fb}, 2 threads", "met"),
+            ("native / pr4 <= 1.00", f"2048, 64, 64 {fb}, 2 threads", "met"),
             ("composite / native >= 1.15", f"4096, 128, 128 {fb}, 2 threads", "met"),
             ("compile / native >= 1.00", f"4096, 128, 128 {fb}, 2 threads", "met"),
             ("native / floor <= 1.10", f"4096, 128, 128 {fb}, 2 threads", "not met"),
             ("native / gemms <= 1.05", f"4096, 128, 128 {fb}, 2 threads", "met"),
+            ("native / pr4 <= 1.00", f"4096, 128, 128 {fb}, 2 threads", "n/a"),
             ("native / composite <= 0.75", "2048, 64, 64 peak memory", "met"),  # 0.310
             ("native / unfused <= 0.65", "2048, 64, 64 peak memory", "met"),  # 0.599
             ("native / attn output <= 1.40", "2048, 64, 64 peak memory", "met"),  # 1.300
         ])  # fmt: skip
+        self.assertEqual(found[6].shown, "1.001")  # 10.0 / 9.99
         self.assertAlmostEqual(found[-3].ratio, 20.8 / 67)
         self.assertAlmostEqual(found[-2].ratio, 20.8 / 34.7)
         self.assertAlmostEqual(found[-1].ratio, 20.8 / 16)  # 2048 * 2048 * 4 bytes = 16 MB
@@ -84,6 +91,10 @@ class ChecksTest(unittest.TestCase):
         # PR 4's own peak, as its unfused path
         found = targets.checks(results([], memory(35.0, composite=67.0, unfused=35.0)))
         self.assertEqual([c.verdict for c in found], ["met", "not met", "not met"])
+        # PR 4's op through autograd: a row of its own with no target; the three stay
+        found = targets.checks(results([], memory(35.0, composite=67.0, pr4=30.0)))
+        self.assertEqual([c.text for c in found], [c.text for c in targets.checks(
+            results([], memory(35.0, composite=67.0)))])  # fmt: skip
 
     def test_without_native_everything_is_na(self):
         rows = [row(s, None, 2.0, 2.0, floor=1.0, gemms=1.0) for s in SIZES]
@@ -92,16 +103,18 @@ class ChecksTest(unittest.TestCase):
         self.assertEqual({c.ratio for c in found}, {None})
 
     def test_forward_rows_are_held_to_torch_compile_and_the_gemms(self):
-        forward = {**row((64, 32, 32), 1.0, 9.0, 0.9, gemms=0.5), "pass": FWD}
+        forward = {**row((64, 32, 32), 1.0, 9.0, 0.9, gemms=0.5, pr4=0.9), "pass": FWD}
         found = targets.checks(results([forward], memory(10.0)))
-        self.assertEqual(verdicts(found)[:-3],
-                         [("compile / native >= 1.00", "64, 32, 32 forward, 2 threads",
-                           "not met")])  # fmt: skip
+        self.assertEqual(verdicts(found)[:-3], [
+            ("compile / native >= 1.00", "64, 32, 32 forward, 2 threads", "not met"),
+            ("native / pr4 <= 1.00", "64, 32, 32 forward, 2 threads", "not met"),  # 1.111
+        ])  # fmt: skip
         forward = {**row((512, 64, 64), 1.0, 9.0, 1.0, floor=0.5, gemms=0.96), "pass": FWD}
         found = targets.checks(results([forward], memory(10.0)))
         self.assertEqual(verdicts(found)[:-3], [
             ("compile / native >= 1.00", "512, 64, 64 forward, 2 threads", "met"),
             ("native / gemms <= 1.05", "512, 64, 64 forward, 2 threads", "met"),  # 1.042
+            ("native / pr4 <= 1.00", "512, 64, 64 forward, 2 threads", "n/a"),  # not timed
         ])  # fmt: skip
 
     def test_contended_case_native_at_most_the_floor_at_n_2048_and_4096_both_conditions(self):

@@ -125,5 +125,64 @@ class GateTreeTest(unittest.TestCase):
         self.assertFalse((self.root / "build").exists())  # nothing was made
 
 
+class StopDaemonsTest(unittest.TestCase):
+    """The gate stops the mypy daemons in its worktrees when it ends, however it ends; the
+    one in pytorch/ (the edit loop's) stays. dmypy is a stand-in that records where it ran."""
+
+    def setUp(self):
+        self.root = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.root)
+        self.layout = config.Layout(self.root)
+        self.calls = self.root / "calls"
+        dmypy = self.root / ".venv-lint" / "bin" / "dmypy"
+        dmypy.parent.mkdir(parents=True)
+        dmypy.write_text(f'#!/bin/sh\necho "$PWD $*" >> {self.calls}\n')
+        dmypy.chmod(0o755)
+        self.trees = [self.layout.gate_tree(n).fork for n in (1, 2, 3)]
+        for tree in [*self.trees, self.layout.fork, self.root / "build" / "loop" / "pytorch"]:
+            tree.mkdir(parents=True)
+        for tree in (self.trees[0], self.trees[2], self.layout.fork):  # level 2 has none
+            (tree / ".dmypy.json").write_text("{}")
+        (self.root / "build" / "loop" / "pytorch" / ".dmypy.json").write_text("{}")
+
+    def stopped(self) -> list[str]:
+        return self.calls.read_text().splitlines() if self.calls.exists() else []
+
+    def expected(self) -> list[str]:
+        loop = self.root / "build" / "loop" / "pytorch"
+        return [f"{tree} stop" for tree in (self.trees[0], self.trees[2], loop)]
+
+    def run_gate(self, level_results):
+        """gate.run with every check faked: one level, whose checks give `level_results`
+        (or raise it)."""
+        level = (1, "c" * 40, self.layout.gate_tree(1))
+        with (
+            mock.patch.object(gate, "tool_tests", return_value=gate.Result("t", 1)),
+            mock.patch.object(gate.lint, "tool", return_value=gate.Result("ruff", 1)),
+            mock.patch.object(gate.patches, "export", return_value=[]),
+            mock.patch.object(gate.patches, "stack_commits", return_value=["c" * 40]),
+            mock.patch.object(gate, "applies_to_pristine", return_value=gate.Result("a", 1)),
+            mock.patch.object(gate, "each_level", return_value=iter([level])),
+            mock.patch.object(gate.venv, "prove_torch", return_value="torch from the tree"),
+            mock.patch.object(gate.levels, "run", side_effect=[level_results]),
+            mock.patch("builtins.print"),
+        ):
+            return gate.run(self.layout, lambda line: None, lambda layout: None)
+
+    def test_only_the_gates_trees_with_a_daemon(self):
+        logged = []
+        gate.stop_daemons(self.layout, logged.append)
+        self.assertEqual(self.stopped(), self.expected())
+        self.assertEqual(logged[0], "stopped mypy's daemon in build/gate/level-1/pytorch")
+
+    def test_a_failed_level_and_an_interrupted_run_stop_them_too(self):
+        self.assertEqual(self.run_gate([gate.Result("level 1: x", failed=1)]), 1)
+        self.assertEqual(self.stopped(), self.expected())
+        self.calls.unlink()
+        with self.assertRaises(KeyboardInterrupt):
+            self.run_gate(KeyboardInterrupt())
+        self.assertEqual(self.stopped(), self.expected())
+
+
 if __name__ == "__main__":
     unittest.main()

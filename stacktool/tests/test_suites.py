@@ -15,7 +15,7 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from stacktool import levels, suites, tanh_accuracy
+from stacktool import levels, suites, tanh_accuracy, tanh_model
 from stacktool.config import Layout
 from stacktool.errors import StackError
 from stacktool.levels import SUITES, Suite
@@ -194,7 +194,8 @@ class SuiteTableTest(unittest.TestCase):
             "test_unary_ufuncs [default]",
             "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
             "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]",
-            "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vml]",  # the float branch, once
+            "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",  # each build's float branch
+            "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vml]",
             *(f"{suite} {variant}" for suite in ("test_ops", "test_nn") for variant in (
                 "[default]", "[avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
                 "[avx512, ATEN_CPU_FLOAT_TANH=vectorized]")),
@@ -221,19 +222,23 @@ class SuiteTableTest(unittest.TestCase):
             self.assertIn("not hardtanh", by_name[name].select)
         for name in ("test_unary_ufuncs", "test_ops"):  # test_nn has no atanh test
             self.assertIn("not atanh", by_name[name].select)
-        self.assertEqual([s.name for s in SUITES if s.vml], ["test_unary_ufuncs"])
+        self.assertEqual(
+            [(s.name, s.vml) for s in SUITES if s.vml], [("test_unary_ufuncs", "each")]
+        )
 
-    def test_level_5_end_to_end_with_stand_in_processes(self):
-        """Every variant's suites and exhaustive checks, the skipped capability, and the check
-        that ATEN_CPU_FLOAT_TANH's two values ran two kernels (their digests differ)."""
+    def level_5(self, runnable: list[str]) -> tuple[list[Result], list[tuple]]:
+        """level_5's results on a CPU that runs `runnable`, with stand-in processes; and what
+        each process ran: (worker args, capability, float kernel, inductor cache)."""
         ran = []
+        model = suites.Task(tanh_model.NAME, lambda _: (Result(tanh_model.NAME, 1), ""))
 
         class Fake(suites.Processes):
             def run(self, command, **kwargs):
                 env = kwargs["env"]
                 kernel = env.get("ATEN_CPU_FLOAT_TANH")
                 worker = command[command.index("-m") + 1 :]
-                ran.append((worker, env["ATEN_CPU_CAPABILITY"], kernel))
+                cache = env["TORCHINDUCTOR_CACHE_DIR"]
+                ran.append((worker, env["ATEN_CPU_CAPABILITY"], kernel, cache))
                 if worker[0] == "stacktool.tanh_accuracy":
                     digest = {"vml": 1, "vectorized": 2}.get(kernel, 3)
                     results = "vml" if kernel in ("vml", None) else "tanh_float"
@@ -245,14 +250,20 @@ class SuiteTableTest(unittest.TestCase):
 
         with (
             mock.patch.object(suites, "Processes", Fake),
-            mock.patch.object(tanh_accuracy, "supported", return_value=["default", "avx2"]),
+            mock.patch.object(tanh_accuracy, "supported", return_value=runnable),
+            mock.patch.object(tanh_model, "task", return_value=model),
             mock.patch("builtins.print"),
         ):
-            results = levels.level_5(Layout(Path("/x")), lambda line: None)
+            return levels.level_5(Layout(Path("/x")).gate_tree(5), lambda line: None), ran
+
+    def test_level_5_end_to_end_with_stand_in_processes(self):
+        """Every variant's suites and exhaustive checks, the skipped capability, and the check
+        that ATEN_CPU_FLOAT_TANH's two values ran two kernels (their digests differ)."""
+        results, ran = self.level_5(["default", "avx2"])
         names = [r.name for r in results]
         self.assertIn("test_nn [avx2, ATEN_CPU_FLOAT_TANH=vectorized]", names)
         self.assertIn("tanh float32, all 2^32 inputs [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
-        workers = [(w, cap) for w, cap, _ in ran if w[0] == "stacktool.tanh_accuracy"]
+        workers = [(w, cap) for w, cap, _, _ in ran if w[0] == "stacktool.tanh_accuracy"]
         self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
         for worker, cap in workers:  # on one thread each: two run at once
             self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
@@ -267,6 +278,31 @@ class SuiteTableTest(unittest.TestCase):
         self.assertEqual((switch.passed, switch.failed), (1, 0))
         default = by_name["ATEN_CPU_FLOAT_TANH=vml computes DEFAULT's float results [avx2]"]
         self.assertEqual((default.passed, default.failed), (1, 0))
+        self.assertEqual(by_name[tanh_model.NAME].passed, 1)  # the AVX512 body, modelled
+        self.assertEqual(sum(r.failed for r in results), 0)
+
+    def test_level_5_on_an_avx512_cpu_runs_each_avx_builds_vml_branch(self):
+        """An AVX-512 CPU (faked: this one may lack it) runs test_unary_ufuncs under =vml in
+        the AVX2 build too, not only at avx512; the exhaustive check runs =vml once, at avx512;
+        each capability compiles into a cache of its own."""
+        results, ran = self.level_5(["default", "avx2", "avx512"])
+        suite_runs = [
+            (cap, kernel) for w, cap, kernel, _ in ran if "test/test_unary_ufuncs.py" in w
+        ]
+        self.assertCountEqual(suite_runs, [("default", None), ("avx2", "vectorized"),
+                                           ("avx512", "vectorized"), ("avx2", "vml"),
+                                           ("avx512", "vml")])  # fmt: skip
+        workers = [(cap, kernel) for w, cap, kernel, _ in ran if w[0] == "stacktool.tanh_accuracy"]
+        self.assertCountEqual(workers, [("default", None), ("avx2", "vectorized"),
+                                        ("avx512", "vectorized"), ("avx512", "vml")])  # fmt: skip
+        for _, cap, _, cache in ran:
+            self.assertEqual(cache, f"/x/build/inductor-cache/level-5/{cap}")
+        names = [r.name for r in results]
+        self.assertIn("test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
+        self.assertNotIn("test_ops [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
+        self.assertFalse([r for r in results if r.skipped])  # nothing this CPU lacks
+        self.assertNotIn(tanh_model.NAME, names)  # the kernel itself ran
+        self.assertIn("ATEN_CPU_FLOAT_TANH=vml computes DEFAULT's float results [avx512]", names)
         self.assertEqual(sum(r.failed for r in results), 0)
 
     def test_every_deselection_and_unusual_selection_has_a_one_line_reason(self):
@@ -306,14 +342,34 @@ class RunSuiteTest(unittest.TestCase):
 
     def test_suite_env_never_inherits_a_kernel_choice(self):
         shell = {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vml"}
+        layout = Layout(Path("/x"))
         with mock.patch.dict(os.environ, shell):
-            self.assertFalse(set(shell) & set(suite_env()))
-            self.assertEqual(suite_env({"ATEN_CPU_FLOAT_TANH": "vectorized"})
+            self.assertFalse(set(shell) & set(suite_env(layout)))
+            self.assertEqual(suite_env(layout, {"ATEN_CPU_FLOAT_TANH": "vectorized"})
                              ["ATEN_CPU_FLOAT_TANH"], "vectorized")  # fmt: skip
+
+    def test_each_tree_and_capability_compiles_into_a_cache_of_its_own(self):
+        """v2.6.0's inductor reuses a kernel compiled under another ATEN_CPU_CAPABILITY (a
+        double free): each capability, and each level's tree, gets its folder under build/."""
+        level_4, level_6 = (Layout(Path("/x")).gate_tree(level) for level in (4, 6))
+
+        def cache(layout, capability=None):
+            extra = tanh_accuracy.variant_env(capability, None) if capability else {}
+            return Path(suite_env(layout, extra)["TORCHINDUCTOR_CACHE_DIR"])
+
+        shell = {"TORCHINDUCTOR_CACHE_DIR": "/tmp/shared", "ATEN_CPU_CAPABILITY": "avx512"}
+        with mock.patch.dict(os.environ, shell):
+            found = [cache(level_4, "avx2"), cache(level_4, "avx512"), cache(level_4),
+                     cache(level_6, "avx2"), cache(Layout(Path("/x")))]  # fmt: skip
+        self.assertEqual(found, [Path("/x/build/inductor-cache/level-4/avx2"),
+                                 Path("/x/build/inductor-cache/level-4/avx512"),
+                                 Path("/x/build/inductor-cache/level-4/native"),
+                                 Path("/x/build/inductor-cache/level-6/avx2"),
+                                 Path("/x/build/inductor-cache/pytorch/native")])  # fmt: skip
 
     def test_suite_env_leaves_os_environ_alone(self):
         with mock.patch.dict(os.environ, {"CI": "1"}):
-            env = suite_env({"PYTORCH_TEST_WITH_INDUCTOR": "1"})
+            env = suite_env(Layout(Path("/x")), {"PYTORCH_TEST_WITH_INDUCTOR": "1"})
             self.assertNotIn("PYTORCH_TEST_WITH_INDUCTOR", os.environ)
         self.assertNotIn("CI", env)
         self.assertEqual(env["PYTORCH_TEST_WITH_INDUCTOR"], "1")
@@ -431,11 +487,11 @@ class TanhAccuracyTest(unittest.TestCase):
     """The exhaustive check's verdict and its per-capability runs (no torch needed here)."""
 
     FOUND = {"capability": "AVX2", "max_ulp": 1, "worst_x": 0.5, "not_rounded": 8,
-             "nan_lost": 0, "not_odd": 0}  # fmt: skip
+             "nan_lost": 0, "not_odd": 0, "not_one": 0}  # fmt: skip
 
     def test_verdict(self):
         self.assertTrue(tanh_accuracy.verdict(self.FOUND))
-        for key, bad in (("max_ulp", 2), ("nan_lost", 1), ("not_odd", 3)):
+        for key, bad in (("max_ulp", 2), ("nan_lost", 1), ("not_odd", 3), ("not_one", 1)):
             self.assertFalse(tanh_accuracy.verdict({**self.FOUND, key: bad}), key)
         self.assertIn("max 1 ULP", tanh_accuracy.summary(self.FOUND))
 
@@ -496,8 +552,14 @@ class TanhAccuracyTest(unittest.TestCase):
         ])  # fmt: skip
         self.assertEqual(tanh_accuracy.variants(["default", "avx2"]),
                          [("default", None), ("avx2", "vectorized"), ("avx2", "vml")])  # fmt: skip
-        self.assertEqual(tanh_accuracy.variants(["default", "avx2"], vml=False),
+        self.assertEqual(tanh_accuracy.variants(["default", "avx2"], vml=""),
                          [("default", None), ("avx2", "vectorized")])  # fmt: skip
+        self.assertEqual(
+            tanh_accuracy.variants(["default", "avx2"], vml="each"),
+            tanh_accuracy.variants(["default", "avx2"]),
+        )  # one AVX build: the same
+        self.assertEqual(tanh_accuracy.variants(["default", "avx2", "avx512"], vml="each")[3:],
+                         [("avx2", "vml"), ("avx512", "vml")])  # fmt: skip
         self.assertEqual(tanh_accuracy.variants(["default"]), [("default", None)])
         self.assertEqual(tanh_accuracy.variant_env("default", None),
                          {"ATEN_CPU_CAPABILITY": "default"})  # fmt: skip
