@@ -1,4 +1,4 @@
-"""`./stack COMMAND`: setup, build, export, undo, lint, test, bench (see README.md).
+"""`./stack COMMAND`: setup, build, export, undo, lint, test, bench, sanitize (see README.md).
 
 Ctrl-C and SIGTERM stop every process the command started, then end it with one line on
 stderr (what was interrupted, what state is left, what to run) and exit 128 + the signal.
@@ -23,6 +23,7 @@ from stacktool import (
     lock,
     overlay,
     patches,
+    sanitize,
     undo,
     upstream,
     venv,
@@ -42,6 +43,8 @@ AFTER_INTERRUPT = {
     "test": "pytorch/ and build/overlay are untouched (the gate uses build/gate); run it again",
     "lint": "pytorch/ is untouched (linters only read it); run ./stack lint again",
     "bench": "results are written only at the end; run ./stack bench again",
+    "sanitize": "pytorch/ and build/overlay are untouched (it builds into build/sanitize); "
+    "run it again",
     "undo": "what it undid is kept (stash, branches undo/*); run ./stack undo again to finish",
 }
 
@@ -144,6 +147,11 @@ def export(layout: config.Layout, check: bool) -> int:
     return 0
 
 
+# Commands that hold .stack.lock for their build step only, not while their tests run:
+# those read the tree and their own build folder (build/sanitize) only.
+LOCKED_TO_BUILD = ("sanitize",)
+
+
 def level_arg(text: str) -> int | str:
     """--level's value: a level number, or "all"."""
     if text == "all" or (text.isdigit() and int(text) > 0):
@@ -181,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         default=ROOT / "build" / "bench",
         help="where to write bench.md, bench.json and bench.png (default: build/bench)",
     )
+    p = commands.add_parser("sanitize", help="the stack's C++ built with ASan and UBSan into "
+                            "build/sanitize; its tests and an edge sweep of attn's kernel")  # fmt: skip
+    p.add_argument("--gate", action="store_true",
+                   help="the gate's subset: the kernel files alone instrumented, the sweep at "
+                   "its edges and TestAttnCPUKernel, at the highest CPU capability")  # fmt: skip
     args, extra = parser.parse_known_args(argv)
     if extra:  # the command's own usage, not the top level's
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
@@ -191,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, interrupted)
     waiting = True
     try:
+        if args.command in LOCKED_TO_BUILD:  # it takes the lock for its build step only
+            waiting = False
+            return run(args, layout)
         with lock.held(layout.lock, args.command, log):
             waiting = False
             return run(args, layout)
@@ -230,4 +246,7 @@ def run(args: argparse.Namespace, layout: config.Layout) -> int:
         return gate.lint_tree(layout, log, args.changed)
     if args.command == "bench":
         return bench.run(layout, args.out.resolve(), args.quick, build)
+    if args.command == "sanitize":
+        return sanitize.run(layout, log, lambda: lock.held(layout.lock, args.command, log),
+                            gate=args.gate)  # fmt: skip
     return gate.run(layout, log, build)

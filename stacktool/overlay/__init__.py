@@ -75,14 +75,18 @@ def build(
     jobs: int,
     cache_dir: Path | None = None,
     seeds: tuple[Path, ...] = (),
+    variant: compile.Variant | None = None,
 ) -> None:
     """Overlay-build the stack checked out in `fork` into `build_dir` (see module doc).
 
     `python` is the venv's interpreter (it runs the fork's code generators); `jobs` is
     ninja's -j; `cache_dir`: ccache's cache for the compiles (stacktool/ccache.py), none
     without it; `seeds`: other build folders whose codegen output is taken when it was made
-    from the same inputs (generate.codegen). Prints a one-line timing summary. StackError on
-    anything to act on.
+    from the same inputs (generate.codegen); `variant`: the same sources with other flags
+    (compile.Variant, e.g. the sanitizers'), which writes nothing outside `build_dir`: the
+    tree is not refreshed (step 4), and the import check is left to its user (an
+    instrumented library loads only under its runtime). Prints a one-line timing summary.
+    StackError on anything to act on.
     """
     t0 = time.monotonic()
     fork, build_dir = fork.resolve(), build_dir.resolve()
@@ -103,7 +107,7 @@ def build(
     t_codegen = time.monotonic() - t
 
     t = time.monotonic()
-    headers = generate.Headers(fork, build_dir)
+    headers = generate.Headers(fork, (variant and variant.tree_build) or build_dir)
     stack_headers = generate.stack_headers(fork, changed)
     overlay_headers = generate.headers_to_overlay(cg, headers, stack_headers, ops)
     generate.sync_dir(build_dir / "include", overlay_headers)
@@ -121,6 +125,10 @@ def build(
             raise StackError("the stack adds C++ but no operator; the overlay build only "
                              "builds new operators")  # fmt: skip
         texts = generate.sources(cg, ops, added_tus, new_files)
+        if variant is not None and variant.inject:
+            new_files = compile.inject(
+                variant, fork, texts, new_files, added_tus, build_dir / "src"
+            )
         skipped_gpu += generate.gpu_registrations(cg)
         generate.sync_dir(build_dir / "src", {k: v.encode() for k, v in texts.items()})
 
@@ -132,8 +140,8 @@ def build(
                 raise StackError("ccache not found: run ./stack setup, which installs it")
             launcher, before = ccache.launcher(found, cache_dir), ccache.stats(found, cache_dir)
         ext_suffix, steps, total = compile.compile_libraries(
-            fork, python, build_dir, new_files, list(texts), list(added_tus), jobs, launcher
-        )
+            fork, python, build_dir, new_files, list(texts), list(added_tus), jobs, launcher,
+            variant)  # fmt: skip
         if cache_dir is not None:
             hits, misses = (
                 a - b for a, b in zip(ccache.stats(found, cache_dir), before, strict=True)
@@ -144,20 +152,22 @@ def build(
 
         # how it loads: the manifest, checked by importing torch
         changed_manifest = load.write_manifest(fork, build_dir, ops, ext_suffix)
-        if steps or changed_manifest:
+        if variant is None and (steps or changed_manifest):
             load.verify(python, fork, build_dir, ops)
             compiled += ", import checked"
         summary += f" ({', '.join(ops)})"
 
     t = time.monotonic()
-    refreshed = load.refresh_tree(
-        fork, python, build_dir, cg, headers, overlay_headers, stack_headers
-    )
-    t_refresh = time.monotonic() - t
+    refreshed = "the tree not refreshed (a variant)"
+    if variant is None:
+        count = load.refresh_tree(
+            fork, python, build_dir, cg, headers, overlay_headers, stack_headers
+        )
+        refreshed = f"{count} tree file(s) refreshed in {time.monotonic() - t:.1f}s"
     print(
         f"overlay build: {summary}; codegen {f'{t_codegen:.1f}s' if ran_codegen else 'up to date'}"
-        f", {compiled} in {t_compile:.1f}s (-j{jobs}), {refreshed} tree file(s) refreshed"
-        f" in {t_refresh:.1f}s; total {time.monotonic() - t0:.1f}s"
+        f", {compiled} in {t_compile:.1f}s (-j{jobs}), {refreshed}"
+        f"; total {time.monotonic() - t0:.1f}s"
         + (
             f"; {len(skipped_gpu)} GPU source(s) NOT compiled (CPU-only overlay): "
             f"{', '.join(skipped_gpu)}"

@@ -13,12 +13,14 @@ on a compile command is relative to the build folder, the tree's files through t
 the same command and is a hit.
 """
 
+import fnmatch
 import json
 import os
 import platform
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from stacktool.errors import StackError
@@ -68,6 +70,57 @@ CPU_CAPABILITIES = {
             "-mno-avx256-split-unaligned-store",
     "AVX512": "-O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma",
 }  # fmt: skip
+
+
+INJECTED = "injected/"  # under the build's src/: copies of the stack's new files, edited (Variant)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Another build of the same sources into its own folder (stacktool/sanitize.py's).
+
+    `cxxflags` are added to the compile of every translation unit or, given `only`, of
+    those whose object (`core/aten__src__ATen__native__cpu__AttnKernel.AVX2`: its folder
+    under obj/ and its name) matches one of its shell patterns: the rest is compiled as the
+    overlay build compiles it, so ccache has it. `ldflags` are added to both links.
+    `tree_build` is the build folder that refreshes the tree's generated files
+    (build/overlay for pytorch/): its record of the wheel's headers is read, never written,
+    so this build overlays the same headers (and its commands are the overlay build's); the
+    variant writes nothing in the tree. `inject`: (tree path, text, replacement) edits made
+    to the copies of the sources it compiles (each text must occur once), never to the
+    tree: the sanitizers' own test (a known overrun must be reported).
+    """
+
+    cxxflags: str
+    ldflags: str = ""
+    tree_build: Path | None = None
+    only: tuple[str, ...] = ()
+    inject: tuple[tuple[str, str, str], ...] = ()
+
+
+def inject(
+    variant: Variant, fork: Path, texts: dict[str, str], new_files: list[Path],
+    added_tus: dict[str, str], src: Path,
+) -> list[Path]:  # fmt: skip
+    """Apply `variant.inject` to the sources to compile: an added-lines TU's text in
+    `texts` is edited in place; an edited new file is added to `texts` under INJECTED (its
+    tree path kept) and compiled from there instead of the tree. The new files to compile."""
+    new_files = list(new_files)
+    for path, text, replacement in variant.inject:
+        if path in added_tus:
+            name = "added/" + path.replace("/", "__")
+            original = texts[name]
+        elif fork / path in new_files:
+            name = INJECTED + path
+            original = (fork / path).read_text()
+            new_files[new_files.index(fork / path)] = src / name
+        else:
+            raise StackError(f"cannot inject into {path}: the stack compiles no such file")
+        if original.count(text) != 1:
+            raise StackError(f"cannot inject into {path}: {text!r} occurs "
+                             f"{original.count(text)} times in it, not once")  # fmt: skip
+        texts[name] = original.replace(text, replacement)
+    return new_files
 
 
 def _capability_flags() -> dict[str, str]:
@@ -130,9 +183,11 @@ def _ninja_file(
     binding_sources: list[Path],
     support_sources: list[Path],
     launcher: str = "",
+    variant: Variant | None = None,
 ) -> str:
     """build.ninja text. core_sources: (source, object stem, extra flags); `launcher`: what
-    goes before the compiler on a compile command (ccache.launcher), or nothing."""
+    goes before the compiler on a compile command (ccache.launcher), or nothing; `variant`:
+    its flags go on the compiles (those it names, see Variant.only) and links."""
     torch_include = Path(FORK_LINK) / "torch" / "include"
     torch_lib = fork / "torch" / "lib"
     cxx = os.environ.get("CXX", "c++")
@@ -162,6 +217,11 @@ def _ninja_file(
         """A build edge per (source, object stem, extra flags); the objects, space-separated."""
         objs = []
         for source, stem, extra in sources:
+            name = f"{kind}/{stem}"
+            if variant is not None and (
+                not variant.only or any(fnmatch.fnmatchcase(name, p) for p in variant.only)
+            ):
+                extra = f"{variant.cxxflags} {extra}".strip()
             objs.append(f"obj/{kind}/{stem}.o")
             lines.extend([f"build {objs[-1]}: cxx {relative(source, fork, build_dir)}",
                           f"  extra = {extra}"])  # fmt: skip
@@ -175,16 +235,17 @@ def _ninja_file(
     core_objs = compile_each("core", core_sources)
     bundled_openmp = sorted(torch_lib.glob("libgomp*.so*"))
     openmp = f"-l:{bundled_openmp[0].name}" if bundled_openmp else "-lgomp"
+    libs = f"{openmp} {variant.ldflags}".strip() if variant else openmp  # sanitizers' runtimes
     lines += [
         f"build {CORE_LIB}: link {core_objs}{support}",
-        f"  ldflags = -L{torch_lib} -ltorch_cpu -lc10 {openmp} -Wl,--no-undefined "
+        f"  ldflags = -L{torch_lib} -ltorch_cpu -lc10 {libs} -Wl,--no-undefined "
         f"-Wl,--exclude-libs,{SUPPORT_LIB} -Wl,-rpath,{torch_lib} -Wl,-soname,{CORE_LIB}",
     ]
     binding_objs = compile_each("bindings", [(s, s.stem, "") for s in binding_sources])
     lines += [
         f"build {BINDINGS}{ext_suffix}: link {binding_objs} | {CORE_LIB}",
         f"  ldflags = -L{torch_lib} -L{build_dir} -l:{CORE_LIB} -ltorch_python -ltorch_cpu "
-        f"-lc10 {openmp} -Wl,-rpath,{torch_lib} -Wl,-rpath,{build_dir}",
+        f"-lc10 {libs} -Wl,-rpath,{torch_lib} -Wl,-rpath,{build_dir}",
         "",
     ]
     return "\n".join(lines)
@@ -233,19 +294,26 @@ def compile_libraries(
     edited: list[str],
     jobs: int,
     launcher: str = "",
+    variant: Variant | None = None,
 ) -> tuple[str, int, int]:
     """Compile and link the two libraries: (the bindings' EXT_SUFFIX, TUs compiled, TUs).
 
     `new_files` are the stack's new .cpp files (those under native/cpu/ compiled once per
     CPU capability), `sources` the files under `build_dir`/src (generate.sources: those
     under bindings/ go into the extension), `edited` the upstream files whose added lines
-    are among them; `launcher` goes before the compiler (ccache). StackError with the
+    are among them; `launcher` goes before the compiler (ccache); `variant`: another
+    build's flags (a new file edited by it lies under src/INJECTED). StackError with the
     compiler's output if ninja fails.
     """
     src = build_dir / "src"
+
+    def tree_path(path: Path) -> str:  # a new file's path in the tree (also when injected)
+        return path.relative_to(src / INJECTED if path.is_relative_to(src / INJECTED) else fork
+                                ).as_posix()  # fmt: skip
+
     core_sources: list[tuple[Path, str, str]] = []
     for path in new_files:
-        rel = path.relative_to(fork).as_posix()
+        rel = tree_path(path)
         stem = rel.replace("/", "__").removesuffix(".cpp")
         if rel.startswith(CPU_KERNELS):
             core_sources += [(path, f"{stem}.{cap}", flags)
@@ -258,10 +326,10 @@ def compile_libraries(
         if name.startswith(kernels):  # a kernel file's added lines: once per capability
             core_sources += [(src / name, f"{stem}.{cap}", flags)
                              for cap, flags in _capability_flags().items()]  # fmt: skip
-        elif not name.startswith("bindings/"):
+        elif not name.startswith(("bindings/", INJECTED)):
             core_sources.append((src / name, stem, ""))
     binding_sources = [src / name for name in sorted(sources) if name.startswith("bindings/")]
-    origins = [p.relative_to(fork).as_posix() for p in new_files] + list(edited)
+    origins = [tree_path(p) for p in new_files] + list(edited)
     support_sources = _support_sources(fork, origins)
     info = _python_info(python)
     link_fork(fork, build_dir)
@@ -277,6 +345,7 @@ def compile_libraries(
             binding_sources,
             support_sources,
             launcher,
+            variant,
         ),
     )
     steps = ninja(_ninja(python), build_dir, jobs)
