@@ -83,6 +83,13 @@ class Layout:
         gate = self.root / "build" / "gate" / f"level-{level}"
         return replace(self, tree=gate / "pytorch", overlay_dir=gate / "overlay")
 
+    def lint_tree(self) -> "Layout":
+        """The gate's worktree for lint (build/gate/lint/pytorch, no build of its own): each
+        level's commit is checked out there in turn with its generated stubs, so that one
+        mypy daemon checks every level, as after a branch switch, not one cold per tree."""
+        lint = self.root / "build" / "gate" / "lint"
+        return replace(self, tree=lint / "pytorch", overlay_dir=lint / "overlay")
+
     @property
     def python_env(self) -> dict[str, str]:
         """What the venv's Python needs to import torch from `fork` with its overlay."""

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stacktool import tanh_accuracy, tanh_model
+from stacktool import sanitize, tanh_accuracy, tanh_model
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
 from stacktool.suites import Processes, Result, Task, batch_task, run_all, suite_task
@@ -242,8 +242,9 @@ SUITES = (
 
 def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Task]:
     """A Task per pytest process of `level`'s upstream suites (see batches; a per_capability
-    suite once per tanh variant, see tanh_accuracy.variants, of the `runnable` capabilities);
-    at level 4 also upstream's runner over the tests of the test_ops row, once."""
+    suite once per tanh variant, see tanh_accuracy.variants, of the `runnable` capabilities).
+    Upstream's runner is proven at levels 2 to 4 by PR 2's file (gradcheck); run_test.py -i
+    test_ops -k attn ran the batch's 16 tests again (110 s, Zen 3): no longer run."""
     runs = []
     for suite in [suite for suite in SUITES if level in suite.levels]:
         if not suite.per_capability:
@@ -260,9 +261,6 @@ def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Ta
         else:
             paths = [suite.path for suite in group_suites]
             tasks.append(batch_task(layout, names, paths, batch_command(group_suites), env))
-    if level == 4:
-        command = ["test/run_test.py", "-i", "test_ops", "--", "-k", "attn"]
-        tasks.append(suite_task(layout, "run_test.py -i test_ops -- -k attn", command))
     return tasks
 
 
@@ -304,9 +302,11 @@ def bench_smoke(layout: Layout) -> Task:
 
 
 def level_6(layout: Layout, log, tasks=()):
-    """PR 6: attn's fused CPU kernel; PR 2's file per CPU capability, attn's OpInfo suites."""
+    """PR 6: attn's fused CPU kernel; PR 2's file per CPU capability, attn's OpInfo suites,
+    and the stack's kernels under ASan and UBSan (sanitize.task, the gate's subset)."""
     runnable = tanh_accuracy.supported(layout)
-    return run_all(layout, [*tasks, *suite_tasks(layout, 6, runnable)], log)
+    checks = [*tasks, sanitize.task(layout), *suite_tasks(layout, 6, runnable)]
+    return run_all(layout, checks, log)
 
 
 def level_5(layout: Layout, log, tasks=()):

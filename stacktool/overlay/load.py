@@ -106,12 +106,20 @@ def install_loader(site_packages: Path, build_dir: Path, fork: Path) -> None:
 # --------------------------------------------------------------------------- tree refresh
 
 
+ANNOTATED_FN_ARGS = "torch/testing/_internal/generated/annotated_fn_args.py"
+
+
+def python_outputs(build_dir: Path) -> list[str]:
+    """The tree files _refresh_python_files writes from `build_dir` (paths in the tree):
+    the generated Python that mypy reads of a build."""
+    out = build_dir / "pyi" / "out"
+    return [ANNOTATED_FN_ARGS, *sorted(str(f.relative_to(out)) for f in out.rglob("*.pyi"))]
+
+
 def _refresh_python_files(fork: Path, python: Path, build_dir: Path, cg: Path) -> int:
     """annotated_fn_args.py and the .pyi stubs of the tree, from the patched yaml files."""
-    changed = write_if_changed(
-        fork / "torch/testing/_internal/generated/annotated_fn_args.py",
-        (cg / "full/gen/torch/testing/_internal/generated/annotated_fn_args.py").read_bytes(),
-    )
+    generated = (cg / "full/gen" / ANNOTATED_FN_ARGS).read_bytes()
+    changed = write_if_changed(fork / ANNOTATED_FN_ARGS, generated)
     pyi = build_dir / "pyi"
     stamp = pyi / "stamp"
     # gen_pyi copies docstrings out of _torch_docs.py / _tensor_docs.py: rerun on doc edits

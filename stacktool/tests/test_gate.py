@@ -124,6 +124,29 @@ class GateTreeTest(unittest.TestCase):
             gate.lint_levels(self.layout, print, lambda layout: None, None)
         self.assertFalse((self.root / "build").exists())  # nothing was made
 
+    def test_lint_tree_takes_each_level_with_its_builds_stubs(self):
+        """One lint worktree, checked out at each level's commit, with the Python files the
+        level's build generated (copied, not linked) and nothing of the level before."""
+        stub, pyi = "torch/_C/__init__.pyi", "pyi/out/torch/_C/__init__.pyi"
+        commits = gate.patches.stack_commits(self.fork)
+        seen = []
+        for level, (commit, text) in enumerate(zip(commits, ["one", "two"], strict=True), start=1):
+            level_gate = self.layout.gate_tree(level)
+            for path in (level_gate.fork / stub, level_gate.overlay / pyi):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            with (
+                mock.patch.object(gate.wheel, "fetch"),
+                mock.patch.object(gate.wheel, "unpack", return_value=(None, [])),
+                mock.patch.object(gate.wheel, "link"),
+            ):
+                tree = gate.lint_checkout(self.layout, level_gate, commit, lambda line: None)
+            seen.append(((tree.fork / "a.txt").read_text(), (tree.fork / stub).read_text()))
+            self.assertNotEqual((tree.fork / stub).stat().st_ino,
+                                (level_gate.fork / stub).stat().st_ino)  # fmt: skip
+        self.assertEqual(tree.fork, self.root / "build" / "gate" / "lint" / "pytorch")
+        self.assertEqual(seen, [("level 1\n", "one"), ("level 2\n", "two")])
+
 
 class StopDaemonsTest(unittest.TestCase):
     """The gate stops the mypy daemons in its worktrees when it ends, however it ends; the
@@ -139,9 +162,10 @@ class StopDaemonsTest(unittest.TestCase):
         dmypy.write_text(f'#!/bin/sh\necho "$PWD $*" >> {self.calls}\n')
         dmypy.chmod(0o755)
         self.trees = [self.layout.gate_tree(n).fork for n in (1, 2, 3)]
-        for tree in [*self.trees, self.layout.fork, self.root / "build" / "loop" / "pytorch"]:
+        lint = self.layout.lint_tree().fork
+        for tree in [*self.trees, lint, self.layout.fork, self.root / "build" / "loop" / "pytorch"]:
             tree.mkdir(parents=True)
-        for tree in (self.trees[0], self.trees[2], self.layout.fork):  # level 2 has none
+        for tree in (self.trees[0], self.trees[2], lint, self.layout.fork):  # level 2 has none
             (tree / ".dmypy.json").write_text("{}")
         (self.root / "build" / "loop" / "pytorch" / ".dmypy.json").write_text("{}")
 
@@ -150,7 +174,8 @@ class StopDaemonsTest(unittest.TestCase):
 
     def expected(self) -> list[str]:
         loop = self.root / "build" / "loop" / "pytorch"
-        return [f"{tree} stop" for tree in (self.trees[0], self.trees[2], loop)]
+        lint = self.root / "build" / "gate" / "lint" / "pytorch"
+        return [f"{tree} stop" for tree in (self.trees[0], self.trees[2], lint, loop)]
 
     def run_gate(self, level_results):
         """gate.run with every check faked: one level, whose checks give `level_results`
@@ -163,6 +188,7 @@ class StopDaemonsTest(unittest.TestCase):
             mock.patch.object(gate.patches, "stack_commits", return_value=["c" * 40]),
             mock.patch.object(gate, "applies_to_pristine", return_value=gate.Result("a", 1)),
             mock.patch.object(gate, "each_level", return_value=iter([level])),
+            mock.patch.object(gate, "lint_checkout", return_value=level[2]),
             mock.patch.object(gate.venv, "prove_torch", return_value="torch from the tree"),
             mock.patch.object(gate.levels, "run", side_effect=[level_results]),
             mock.patch("builtins.print"),

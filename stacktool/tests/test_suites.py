@@ -187,6 +187,15 @@ class SuiteTableTest(unittest.TestCase):
         self.assertIn("test_ops", names[0].split(" + "))  # attn's OpInfo suites: one process
         self.assertIn("inductor/test_torchinductor_opinfo", names)
 
+    def test_level_6_runs_the_sanitizers_gate_subset_among_its_checks(self):
+        ran = []
+        with (
+            mock.patch.object(levels.tanh_accuracy, "supported", return_value=["default"]),
+            mock.patch.object(levels, "run_all", lambda layout, tasks, log: ran.extend(tasks)),
+        ):
+            levels.level_6(Layout(Path("/x")).gate_tree(6), print)
+        self.assertIn(levels.sanitize.NAME, [t.name for t in ran])
+
     def test_level_5_runs_each_distinct_kernel_once_per_suite_that_reaches_it(self):
         every = ["default", "avx2", "avx512"]
         names = [t.name for t in levels.suite_tasks(Layout(Path("/x")), 5, every)]
