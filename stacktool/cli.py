@@ -11,6 +11,7 @@ import shutil
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from stacktool import (
@@ -116,10 +117,12 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
         if aside is not None:
             log(f"the previous tree is kept whole as {aside} (its commits, edits and ignored "
                 f"files): take what you need, then rm -rf {aside.name}")  # fmt: skip
-    lint.ensure(layout)
-    log("lint venv: upstream's pinned linters ready")
     log(f"compiler cache: {ccache.ensure()} (cache in {layout.ccache.relative_to(layout.root)})")
-    build(layout)
+    with ThreadPoolExecutor(1) as beside:  # the linters' pip install (I/O) during the compiles
+        linters = beside.submit(lint.ensure, layout)
+        build(layout)
+        linters.result()
+    log("lint venv: upstream's pinned linters ready")
     log(venv.prove_torch(layout, Path("/")))
 
 

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from stacktool import fork, levels, lint, loop, patches, venv, wheel
@@ -111,17 +112,26 @@ def check_out(tree: Path, commit: str) -> None:
 
 def each_level(layout: Layout, log, build, only: int | None = None):
     """(level, commit, gate layout) for each PR (or PR `only`), checked out and built in its
-    own worktree of the gate."""
+    own worktree of the gate; the next level's build runs while the caller checks this one
+    (its compiles fill the cores that a level's last checks leave idle)."""
     commits = patches.stack_commits(layout.fork)
     if only is not None and not 1 <= only <= len(commits):
         raise StackError(f"no level {only}: the stack has levels 1 to {len(commits)}")
-    for level, commit in enumerate(commits, start=1):
-        if only not in (None, level):
-            continue
+    chosen = [(n, commit) for n, commit in enumerate(commits, start=1) if only in (None, n)]
+
+    def prepare(level: int, commit: str) -> Layout:
         gate = gate_tree(layout, level, log)
         check_out(gate.fork, commit)
         build(gate)
-        yield level, commit, gate
+        return gate
+
+    with ThreadPoolExecutor(1) as builder:
+        built = [builder.submit(prepare, *chosen[0])] if chosen else []
+        for index, (level, commit) in enumerate(chosen):
+            gate = built[index].result()
+            if index + 1 < len(chosen):
+                built.append(builder.submit(prepare, *chosen[index + 1]))
+            yield level, commit, gate
 
 
 def run(layout: Layout, log, build) -> int:

@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass
 
 SIZES = ((2, 3, 4), (64, 32, 32), (512, 64, 64), (2048, 64, 64), (4096, 128, 128))
-QUICK_SIZES = SIZES[:3]
+QUICK_SIZES = (SIZES[2],)  # the smoke run: each phase once, at a size of several blocks
 METHODS = ("native", "composite", "function", "compile", "compile_attn")
 LABELS = {
     "native": "native torch.attn",

@@ -131,7 +131,7 @@ class TimeWorkerTest(unittest.TestCase):
         self.assertEqual(found["threads"], [1, 2])
         self.assertEqual(
             [(row["size"][0], row["threads"], row["pass"]) for row in found["rows"][:4]],
-            [(2, 1, FWD), (2, 1, FWD_BWD), (2, 2, FWD), (2, 2, FWD_BWD)],
+            [(512, 1, FWD), (512, 1, FWD_BWD), (512, 2, FWD), (512, 2, FWD_BWD)],
         )
         self.assertEqual(set(found["rows"][1]["ms"]), both)
         self.assertNotIn("profile", found)  # the quick run profiles nothing

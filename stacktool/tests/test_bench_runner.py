@@ -96,8 +96,7 @@ class RunTest(unittest.TestCase):
         self.assertEqual(phases, [
             "PR 4's torch.attn: the gate's worktree and build of PR 4 (build/gate/level-4)",
             "PR 4's torch.attn: not run: no level-4 build (run ./stack test first)",
-            "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
-            "(one process)",
+            "timing torch.attn's methods at n, d, dv = 512, 64, 64 (one process)",
             "contended: native torch.attn and the floor, forward+backward at n, d, dv = "
             "512, 64, 64, 2 threads: alone, then beside one busy-loop process (one process)",
             "peak memory: native torch.attn (a fresh process)",
@@ -139,10 +138,9 @@ class RunTest(unittest.TestCase):
         self.assertEqual(phases[:3], [
             "PR 4's torch.attn: the gate's worktree and build of PR 4 (build/gate/level-4)",
             "PR 4's torch.attn: built at 0123456789ab",
-            "timing torch.attn's methods at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 "
-            "(one process)",
+            "timing torch.attn's methods at n, d, dv = 512, 64, 64 (one process)",
         ])  # fmt: skip
-        self.assertIn("timing PR 4's torch.attn at n, d, dv = 2, 3, 4; 64, 32, 32; 512, 64, 64 (a "
+        self.assertIn("timing PR 4's torch.attn at n, d, dv = 512, 64, 64 (a "
                       "process of its own, build/gate/level-4/pytorch)", phases)  # fmt: skip
         self.assertIn("peak memory: PR 4's torch.attn (a fresh process, "
                       "build/gate/level-4/pytorch)", phases)  # fmt: skip

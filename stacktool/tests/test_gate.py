@@ -2,6 +2,7 @@
 
 import shutil
 import tempfile
+import threading
 import unittest
 from pathlib import Path
 from unittest import mock
@@ -123,6 +124,23 @@ class GateTreeTest(unittest.TestCase):
                                     r"\(a.txt, new.txt\): commit them, or run ./stack lint"):  # fmt: skip
             gate.lint_levels(self.layout, print, lambda layout: None, None)
         self.assertFalse((self.root / "build").exists())  # nothing was made
+
+    def test_the_next_levels_build_runs_while_a_level_is_checked(self):
+        second_built = threading.Event()
+
+        def build(layout):
+            if layout.fork.parent.name == "level-2":
+                second_built.set()
+
+        with (
+            mock.patch.object(gate.wheel, "fetch"),
+            mock.patch.object(gate.wheel, "unpack", return_value=(None, [])),
+            mock.patch.object(gate.wheel, "link"),
+        ):
+            levels = gate.each_level(self.layout, lambda message: None, build)
+            self.assertEqual(next(levels)[0], 1)
+            self.assertTrue(second_built.wait(30))  # while level 1 is being checked
+            self.assertEqual([level for level, _, _ in levels], [2])
 
     def test_lint_tree_takes_each_level_with_its_builds_stubs(self):
         """One lint worktree, checked out at each level's commit, with the Python files the
