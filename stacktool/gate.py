@@ -15,6 +15,7 @@ non-zero on any failure; however it ends, it stops the mypy daemons lint started
 import shutil
 import sys
 import tempfile
+import threading
 import unittest
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,6 +73,16 @@ def worktree(layout: Layout, gate: Layout, log) -> Layout:
     wheel's files are linked in once (`linked` marks it): linking again would undo the build's
     refreshed files, and ninja would then recompile what includes them.
     """
+    with WORKTREES:
+        return _worktree(layout, gate, log)
+
+
+# each_level's builder thread makes the next level's worktree while the caller makes the
+# lint tree's: `git worktree prune` beside `git worktree add` could drop a half-made one.
+WORKTREES = threading.Lock()
+
+
+def _worktree(layout: Layout, gate: Layout, log) -> Layout:
     linked = gate.fork.parent / "linked"
     tree, common = gate.fork, (layout.fork / ".git").resolve()
     if tree.exists():
@@ -95,7 +106,7 @@ def lint_checkout(layout: Layout, gate: Layout, commit: str, log) -> Layout:
     """The gate's lint tree (Layout.lint_tree) at `commit`, with the Python files that the
     level's build (`gate`) generated, the stubs MYPY reads: its daemon keeps running there
     from level to level and checks what changed (a cold start is about 145 s on a Zen 3;
-    after a level's checkout 3-35 s)."""
+    after a level's checkout 3-35 s, measured)."""
     lint_layout = worktree(layout, layout.lint_tree(), log)
     check_out(lint_layout.fork, commit)
     for path in load.python_outputs(gate.overlay):
