@@ -1,5 +1,7 @@
 """Pinned inputs and the project's layout: every path and version the tool uses lives here."""
 
+import hashlib
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -132,9 +134,30 @@ class Layout:
         (pytorch/, or the gate's level-N: each is another torch) and value. v2.6.0's inductor
         reuses a kernel compiled under another capability: torch.compile(torch.tanh) run 200
         times at avx2, then at avx512, in one cache ends in "double free or corruption".
+        A kernel inductor compiled includes the tree's torch/include, whose headers the
+        overlay build changes (at::vec's tanh, say), and inductor's cache key hashes no
+        header: the folder is named after them too (`headers_key`), so that a header
+        change is never served a kernel compiled against the old one.
         """
         tree = self.fork.parent.name if self.tree else "pytorch"
-        return self.build / "inductor-cache" / tree / (capability or "native")
+        name = f"{capability or 'native'}-{self.headers_key()}"
+        return self.build / "inductor-cache" / tree / name
+
+    def headers_key(self) -> str:
+        """A digest of the headers the overlay build laid over the wheel's in the tree's
+        torch/include (its include-state.json): 12 hex digits, "wheel" for none."""
+        try:
+            state = json.loads((self.overlay / "include-state.json").read_text())
+        except (OSError, ValueError):
+            return "wheel"
+        laid = sorted(state.get("replaced", []) + state.get("added", []))
+        if not laid:
+            return "wheel"
+        digest = hashlib.sha256()
+        for rel in laid:
+            path = self.fork / "torch" / "include" / rel
+            digest.update(rel.encode() + b"\0" + (path.read_bytes() if path.exists() else b""))
+        return digest.hexdigest()[:12]
 
     @property
     def ccache(self) -> Path:

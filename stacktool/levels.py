@@ -217,14 +217,22 @@ SUITES = (
           levels=(5,), per_capability=True, vml="each",
           why="tanh, tanhshrink, tanh_, out=, the reference, PR 5's tests (both float kernels, in "
           "subprocesses); also =vml in each AVX build: its float branch"),
-    Suite("test_ops", "test/test_ops.py", "(tanh or attn) and not atanh and not hardtanh",
+    # The kernel is at::vec's Vectorized<float>::tanh, which GELU's tanh approximation and mish
+    # (Activation.cpp) and the quantized gelu and tanh call too (stacktool/overlay/vec_callers.py).
+    Suite("test_ops", "test/test_ops.py",
+          "(tanh or gelu or mish or attn) and not atanh and not hardtanh",
           levels=(5,), per_capability=True,
-          why="OpInfo tests of tanh, tanhshrink and attn (its tanh is tanh_stub); not =vml: it "
+          why="OpInfo tests of tanh, tanhshrink, gelu, mish and attn (its tanh is tanh_stub); not "
+          "=vml: it changes only float tanh's results, to DEFAULT's", not_default=V260),
+    Suite("test_nn", "test/test_nn.py",
+          "(tanh or gelu or GELU or mish or Mish or RNN or LSTM or GRU) and not hardtanh",
+          levels=(5,), per_capability=True,
+          why="Tanh, GELU and Mish modules and the recurrent layers (tanh inside); not =vml: it "
           "changes only float tanh's results, to DEFAULT's", not_default=V260),
-    Suite("test_nn", "test/test_nn.py", "(tanh or RNN or LSTM or GRU) and not hardtanh",
+    Suite("test_quantized_op", "test/quantization/core/test_quantized_op.py", "qgelu or qtanh",
           levels=(5,), per_capability=True,
-          why="Tanh modules and the recurrent layers (tanh inside); not =vml: it changes only "
-          "float tanh's results, to DEFAULT's", not_default=V260),
+          why="the quantized gelu (test_qtanh is skipped upstream: hypothesis); not =vml: it "
+          "changes only float tanh's results", not_default=V260),
     # PR 6 adds attn's CPU kernel (native/cpu/AttnKernel.cpp, compiled per CPU capability,
     # its tanh through tanh_stub): PR 2's file, whose TestAttnCPUKernel checks it against the
     # composite, under every capability (with PR 5's float tanh kernel); and, once (rows above with

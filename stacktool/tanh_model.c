@@ -1,4 +1,4 @@
-// PR 5's AVX512 float tanh (tanh_abs in UnaryOpsKernel.cpp), modelled lane by lane in
+// PR 5's AVX512 float tanh (Vectorized<float>::tanh in vec512_float.h), modelled lane by lane in
 // scalar C: each vector operation is one IEEE operation per lane (vminps, vpsrld, vpsubd,
 // vpmaxsd, vpermt2ps: a table read at the index's low 5 bits, vsubps, vfmadd: fmaf), so a
 // lane's result is the kernel's bit for bit. Over every non-negative float (the negative

@@ -1,6 +1,6 @@
 """PR 5's AVX512 float tanh checked on any x86 CPU: stacktool/tanh_model.c models the body
 lane by lane (each vector instruction one IEEE operation per lane), compiled with the table
-and constants read from the tree's UnaryOpsKernel.cpp, and run over every float input.
+and constants read from the tree's vec512_float.h, and run over every float input.
 
 The gate runs it at level 5 where the CPU has no AVX-512 (where it has, the exhaustive
 check runs the kernel itself). With PR 5's earlier body the model gave the count measured
@@ -20,7 +20,7 @@ from stacktool import tanh_table
 from stacktool.config import Layout
 from stacktool.suites import Processes, Result, Task
 
-KERNEL = "aten/src/ATen/native/cpu/UnaryOpsKernel.cpp"
+KERNEL = "aten/src/ATen/cpu/vec/vec512/vec512_float.h"  # Vectorized<float>::tanh
 SOURCE = Path(__file__).with_name("tanh_model.c")
 NAME = "tanh float32 AVX512 body, all 2^32 inputs, modelled lane by lane"
 SATURATION = re.compile(r"kTanhSaturation = (0x[0-9a-f.]+p[-+]\d+)f")

@@ -1,4 +1,4 @@
-"""The coefficient table of PR 5's AVX512 float tanh (`kTanhIntervals` in UnaryOpsKernel.cpp).
+"""The coefficient table of PR 5's AVX512 float tanh (`kTanhIntervals` in vec512_float.h).
 
 The body splits |x| into 32 intervals: [0, 2^-4), then four equal parts of each binade
 from 2^-4 (interval 1) to 8 (interval 29, [8, 10)), picked by the exponent and the first two
@@ -113,7 +113,7 @@ def fma(a: float, b: float, c: float) -> float:
 
 def evaluate(column: list[float], a: float) -> float:
     """The kernel's result for |x| = a on an interval's column [c, p0, ..., p6, e], operation by
-    operation as UnaryOpsKernel.cpp's AVX512 body (and its tests' model) evaluates it."""
+    operation as vec512_float.h's tanh (and its tests' model) evaluates it."""
     c, p0, p1, *higher, e = column
     d = round_f32(Fraction(a) - Fraction(c))
     q = higher[-1]
@@ -231,7 +231,7 @@ def cpp(rows: list[list[float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLE_IN_SOURCE = re.compile(r"kTanhIntervals\[\d\]\[32\] = \{\n(.*?)\n\};", re.S)
+TABLE_IN_SOURCE = re.compile(r"kTanhIntervals\[\d\]\[32\] = \{\n(.*?)\n *\};", re.S)
 FLOAT_LITERAL = re.compile(r"(-?0x[0-9a-f.]+p[-+]\d+)f")
 
 

@@ -60,7 +60,7 @@ from pathlib import Path
 
 from stacktool import ccache
 from stacktool.errors import StackError
-from stacktool.overlay import changes, compile, generate, load
+from stacktool.overlay import changes, compile, generate, load, vec_callers
 from stacktool.overlay.changes import BASE, new_ops
 from stacktool.overlay.load import install_loader
 from stacktool.overlay.loader import MANIFEST
@@ -111,6 +111,9 @@ def build(
     stack_headers = generate.stack_headers(fork, changed)
     overlay_headers = generate.headers_to_overlay(cg, headers, stack_headers, ops)
     generate.sync_dir(build_dir / "include", overlay_headers)
+    refreshed_count = 0
+    if variant is None:
+        refreshed_count = load.refresh_headers(headers, overlay_headers, stack_headers)
 
     new_files, added_tus, gpu_users = generate.stack_sources(fork, BASE, changed, lists)
     summary = f"{len(ops)} new op(s)"
@@ -125,6 +128,8 @@ def build(
             raise StackError("the stack adds C++ but no operator; the overlay build only "
                              "builds new operators")  # fmt: skip
         texts = generate.sources(cg, ops, added_tus, new_files)
+        recompiled = vec_callers.sources(fork, BASE, changed)
+        texts.update(recompiled)
         if variant is not None and variant.inject:
             new_files = compile.inject(
                 variant, fork, texts, new_files, added_tus, build_dir / "src"
@@ -148,6 +153,11 @@ def build(
             )
             cached = f" ({hits} from ccache, {misses} compiled)"
         compiled = f"compiled {steps}/{total} TUs{cached}"
+        if recompiled:
+            compiled += (
+                " (upstream kernel files whole, as they call at::vec code the stack "
+                "changes: " + ", ".join(vec_callers.short_names(recompiled)) + ")"
+            )
         t_compile = time.monotonic() - t
 
         # how it loads: the manifest, checked by importing torch
@@ -160,9 +170,7 @@ def build(
     t = time.monotonic()
     refreshed = "the tree not refreshed (a variant)"
     if variant is None:
-        count = load.refresh_tree(
-            fork, python, build_dir, cg, headers, overlay_headers, stack_headers
-        )
+        count = refreshed_count + load.refresh_tree(fork, python, build_dir, cg)
         refreshed = f"{count} tree file(s) refreshed in {time.monotonic() - t:.1f}s"
     print(
         f"overlay build: {summary}; codegen {f'{t_codegen:.1f}s' if ran_codegen else 'up to date'}"

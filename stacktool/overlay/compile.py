@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stacktool.errors import StackError
+from stacktool.overlay import vec_callers
 from stacktool.overlay.changes import CPU_KERNELS
 from stacktool.overlay.generate import run, write_if_changed
 
@@ -326,6 +327,10 @@ def compile_libraries(
         if name.startswith(kernels):  # a kernel file's added lines: once per capability
             core_sources += [(src / name, f"{stem}.{cap}", flags)
                              for cap, flags in _capability_flags().items()]  # fmt: skip
+        elif name.startswith(vec_callers.PREFIX):  # a kernel file whole, at one capability
+            core_sources.append(
+                (src / name, stem, _capability_flags()[vec_callers.capability(name)])
+            )
         elif not name.startswith(("bindings/", INJECTED)):
             core_sources.append((src / name, stem, ""))
     binding_sources = [src / name for name in sorted(sources) if name.startswith("bindings/")]

@@ -140,24 +140,24 @@ def _refresh_python_files(fork: Path, python: Path, build_dir: Path, cg: Path) -
     return changed
 
 
-def refresh_tree(
-    fork: Path,
-    python: Path,
-    build_dir: Path,
-    cg: Path,
-    headers: Headers,
-    overlay_headers: dict[str, bytes],
-    stack_headers: dict[str, Path],
+def refresh_headers(
+    headers: Headers, overlay_headers: dict[str, bytes], stack_headers: dict[str, Path]
 ) -> int:
-    """Refresh the tree's generated files for the new ops; the number of files changed.
+    """Refresh the tree's torch/include; the number of files changed.
 
     Of the headers overlaid (generate.headers_to_overlay), those the wheel has, the new
     per-operator headers (ATen/ops/) and the stack's own go into torch/include (`Headers`
-    undoes earlier refreshes no longer wanted); then the Python-side files.
+    undoes earlier refreshes no longer wanted). Done before compiling: a TU compiled
+    earlier names the tree's header in its dependencies, not the build's include/ copy
+    that now shadows it, and is compiled again only if the tree's changes.
     """
-    refreshed = headers.refresh({
+    return headers.refresh({
         rel: data for rel, data in overlay_headers.items()
         if headers.wheel_bytes(rel) is not None or rel.startswith("ATen/ops/")
         or rel in stack_headers
     })  # fmt: skip
-    return refreshed + _refresh_python_files(fork, python, build_dir, cg)
+
+
+def refresh_tree(fork: Path, python: Path, build_dir: Path, cg: Path) -> int:
+    """Refresh the tree's generated Python-side files for the new ops; the number changed."""
+    return _refresh_python_files(fork, python, build_dir, cg)

@@ -31,10 +31,10 @@ class SpawnTest(unittest.TestCase):
                 self.spawned_env(Layout(root).gate_tree(4), {"ATEN_CPU_CAPABILITY": "avx2"})[cache],
             ]
             removed = self.spawned_env(Layout(root), {"ATEN_CPU_FLOAT_TANH": None})
-        self.assertEqual(found, ["/x/build/inductor-cache/pytorch/avx2",
-                                 "/x/build/inductor-cache/pytorch/avx512",
-                                 "/x/build/inductor-cache/pytorch/native",
-                                 "/x/build/inductor-cache/level-4/avx2"])  # fmt: skip
+        self.assertEqual(found, ["/x/build/inductor-cache/pytorch/avx2-wheel",
+                                 "/x/build/inductor-cache/pytorch/avx512-wheel",
+                                 "/x/build/inductor-cache/pytorch/native-wheel",
+                                 "/x/build/inductor-cache/level-4/avx2-wheel"])  # fmt: skip
         self.assertNotIn("ATEN_CPU_FLOAT_TANH", removed)  # None still removes a variable
 
 

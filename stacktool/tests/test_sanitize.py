@@ -43,6 +43,7 @@ class FlagsTest(unittest.TestCase):
             "core/aten__src__ATen__native__cpu__AttnKernel.AVX2": True,
             "core/added__aten__src__ATen__native__cpu__UnaryOpsKernel.AVX2": True,
             "core/aten__src__ATen__native__cpu__AttnKernel.DEFAULT": False,
+            "core/recompiled__aten__src__ATen__native__cpu__Activation.AVX2": False,
             "core/aten__src__ATen__native__cpu__AttnKernel.AVX512": False,
             "core/aten__src__ATen__native__Attn": False,
             "core/aten__RegisterCPU": False,

@@ -205,13 +205,15 @@ class SuiteTableTest(unittest.TestCase):
             "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]",
             "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",  # each build's float branch
             "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vml]",
-            *(f"{suite} {variant}" for suite in ("test_ops", "test_nn") for variant in (
+            *(f"{suite} {variant}" for suite in ("test_ops", "test_nn", "test_quantized_op")
+              for variant in (
                 "[avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
                 "[avx512, ATEN_CPU_FLOAT_TANH=vectorized]")),  # DEFAULT: v2.6.0's code
         ])  # fmt: skip
         only_default = [t.name for t in levels.suite_tasks(Layout(Path("/x")), 5, ["default"])]
         self.assertEqual(only_default, [f"{suite} [default]" for suite in
-                                        ("test_unary_ufuncs", "test_ops", "test_nn")])  # fmt: skip
+                                        ("test_unary_ufuncs", "test_ops", "test_nn",
+                                         "test_quantized_op")])  # fmt: skip
         tasks = levels.suite_tasks(Layout(Path("/x")), 5, ["default", "avx2"])
         self.assertEqual([t.name for t in tasks[:3]], [
             "test_unary_ufuncs [default]",
@@ -279,8 +281,9 @@ class SuiteTableTest(unittest.TestCase):
         self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
         for worker, cap in workers:  # on one thread each: two run at once
             self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
-        # test_unary_ufuncs and the check under three variants, test_ops and test_nn one
-        self.assertEqual(len(ran), 2 * 3 + 2 * 1)
+        # test_unary_ufuncs and the check under three variants, test_ops, test_nn and
+        # test_quantized_op one
+        self.assertEqual(len(ran), 2 * 3 + 3 * 1)
         by_name = {r.name: r for r in results}
         skip = by_name["tanh float32, all 2^32 inputs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]"]
         self.assertEqual((skip.skipped, skip.failed), (1, 0))  # avx512: listed, skipped
@@ -308,7 +311,7 @@ class SuiteTableTest(unittest.TestCase):
         self.assertCountEqual(workers, [("default", None), ("avx2", "vectorized"),
                                         ("avx512", "vectorized"), ("avx512", "vml")])  # fmt: skip
         for _, cap, _, cache in ran:
-            self.assertEqual(cache, f"/x/build/inductor-cache/level-5/{cap}")
+            self.assertEqual(cache, f"/x/build/inductor-cache/level-5/{cap}-wheel")
         names = [r.name for r in results]
         self.assertIn("test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
         self.assertNotIn("test_ops [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
@@ -373,11 +376,11 @@ class RunSuiteTest(unittest.TestCase):
         with mock.patch.dict(os.environ, shell):
             found = [cache(level_4, "avx2"), cache(level_4, "avx512"), cache(level_4),
                      cache(level_6, "avx2"), cache(Layout(Path("/x")))]  # fmt: skip
-        self.assertEqual(found, [Path("/x/build/inductor-cache/level-4/avx2"),
-                                 Path("/x/build/inductor-cache/level-4/avx512"),
-                                 Path("/x/build/inductor-cache/level-4/native"),
-                                 Path("/x/build/inductor-cache/level-6/avx2"),
-                                 Path("/x/build/inductor-cache/pytorch/native")])  # fmt: skip
+        self.assertEqual(found, [Path("/x/build/inductor-cache/level-4/avx2-wheel"),
+                                 Path("/x/build/inductor-cache/level-4/avx512-wheel"),
+                                 Path("/x/build/inductor-cache/level-4/native-wheel"),
+                                 Path("/x/build/inductor-cache/level-6/avx2-wheel"),
+                                 Path("/x/build/inductor-cache/pytorch/native-wheel")])  # fmt: skip
 
     def test_suite_env_leaves_os_environ_alone(self):
         with mock.patch.dict(os.environ, {"CI": "1"}):
