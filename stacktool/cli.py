@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     scope.add_argument("--level", metavar="N|all", type=level_arg,
                        help="level N's commit (or every level's) in the gate's worktree, built")  # fmt: skip
     p = commands.add_parser("bench", help="native vs composite vs Function vs compile (no test)")
-    p.add_argument("--quick", action="store_true", help="the three small sizes, few repeats")
+    p.add_argument("--quick", action="store_true", help="one size (512, 64, 64), few repeats")
     p.add_argument(
         "--out",
         type=Path,

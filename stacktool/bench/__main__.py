@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from stacktool.bench.attn import time_worker
+from stacktool.bench.callers import callers_worker
 from stacktool.bench.common import FULL, QUICK
 from stacktool.bench.contended import CONTENDED_QUICK_SIZES, CONTENDED_SIZES, contended_worker
 from stacktool.bench.memory import MEMORY_METHODS, memory_worker
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--sleef", type=Path, metavar="BUILD_DIR", help="also time Sleef u10")
     p.add_argument("--copy", action="store_true", help="also time y.copy_(x)")
+    p = commands.add_parser("callers")
+    p.add_argument("out", type=Path)
     p = commands.add_parser("plot")
     p.add_argument("results", type=Path)
     p.add_argument("png", type=Path)
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> None:
         result = contended_worker(args.fork, QUICK if args.quick else FULL, sizes)
     elif args.command == "memory":
         result = memory_worker(args.fork, args.method)
+    elif args.command == "callers":
+        result = callers_worker(FULL)
     else:
         result = tanh_worker(FULL, args.sleef, args.copy)
     args.out.write_text(json.dumps(result))

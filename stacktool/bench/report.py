@@ -3,6 +3,7 @@ accuracy, the profile at the smallest size, and every target with its verdict; i
 gives the run in a few lines (what the README quotes)."""
 
 from stacktool import tanh_accuracy
+from stacktool.bench.callers import CALLER_CASES, STACK, V260
 from stacktool.bench.common import (
     FWD,
     FWD_BWD,
@@ -20,7 +21,9 @@ from stacktool.bench.cpu import describe, simd_flags
 from stacktool.bench.memory import MEMORY_WARM_SIZE, output_mb
 from stacktool.bench.tanh import FLOAT_TANH, IN_CACHE, PER_ELEMENT, TANH_CASES, VECTORIZED
 from stacktool.bench.targets import (
+    CALLER_TARGETS,
     COPY_BOUND,
+    MISH_BOUND,
     NOT_SLOWER,
     OUTPUT,
     PR4_TARGET,
@@ -29,6 +32,7 @@ from stacktool.bench.targets import (
     VML_CASES,
     Check,
     attn_checks,
+    caller_checks,
     checks,
     contended_checks,
     contended_where,
@@ -172,6 +176,7 @@ def report(results: dict, settings: Settings) -> str:
               mem_rows),  # fmt: skip
         *contended_section(results.get("contended")),
         *tanh_section(results.get("tanh")),
+        *callers_section(results.get("callers")),
         *accuracy_section(results.get("accuracy")),
         *profile_section(timing.get("profile")),
         "",
@@ -298,6 +303,11 @@ def summary(results: dict) -> list[str]:
                 for case in VML_CASES
             ]
         lines.append(f"- tanh's targets: {tally(tanh)}"
+                     + (f"; not met: {'; '.join(missed)}" * bool(missed)))  # fmt: skip
+    callers = caller_checks(results.get("callers"))
+    if callers:
+        missed = [f"{c.where} ({c.shown} for {c.text})" for c in callers if c.verdict == "not met"]
+        lines.append(f"- tanh's callers' targets: {tally(callers)}"
                      + (f"; not met: {'; '.join(missed)}" * bool(missed)))  # fmt: skip
     return [*lines, ""]
 
@@ -433,6 +443,50 @@ def tanh_section(tanh: dict | None) -> list[str]:
         targets_table(found),
         "",
         f"tanh: {tally(found)}.",
+    ]
+
+
+def callers_section(callers: dict | None) -> list[str]:
+    """The table of tanh's other callers (callers.py) and its targets."""
+    if not callers:
+        return []
+    found = caller_checks(callers)
+    by_where = {}
+    for c in found:
+        by_where.setdefault(c.where, []).append(c)
+    rows = []
+    for r in callers["rows"]:
+        where = f"{r['case']}, 1 thread, {r['capability']}"
+        held = "; ".join(f"{c.text}: {c.shown}" for c in by_where.get(where, []))
+        rows.append([r["capability"], r["case"], fmt_ms(r["ms"].get(V260)),
+                     fmt_ms(r["ms"].get(STACK)), fmt_ratio(ratio(r["ms"], V260, STACK)),
+                     held])  # fmt: skip
+    cases = "; ".join(f"{name}: `{text}`" for name, text in CALLER_CASES.items())
+    targets = "; ".join(
+        f"{case} at most {bound:.2f}x {over}" for case, over, bound in CALLER_TARGETS
+    )
+    return [
+        "",
+        "## tanh's other callers: PR 5's at::vec tanh against v2.6.0",
+        "",
+        "ms per call (median, timed as above), 1 thread, out of place, x = randn(2048, 2048) "
+        f"(float32 unless said), one process per build and capability. The cases: {cases}. "
+        f"{V260}: the wheel's own torch (Sleef's tanh inside GELU, mish and BFloat16; its "
+        "inductor emits 2 / (1 + exp(-2x)) - 1, its compiled kernels cached apart); "
+        f"{STACK}: at avx2 and avx512 every case's tanh is PR 5's kernel (Vectorized<float>::tanh"
+        ", the upstream kernel files that call it compiled again by the overlay; inductor "
+        "emits `.tanh()`), at default v2.6.0's code.",
+        "",
+        table(["capability", "case", V260, STACK, "v2.6.0 / this stack", "targets"], rows),
+        "",
+        f'Targets (the issue "One fast tanh for all of CPU PyTorch"), at avx2 and avx512, '
+        f"this stack's column: {targets}; mish at most {MISH_BOUND:.2f}x v2.6.0's time; every "
+        f"case but the copy not slower than v2.6.0, v2.6.0 / this stack >= {NOT_SLOWER:.2f}, at "
+        "every capability. Not timed here: 2 threads, beside a busy process.",
+        "",
+        targets_table(found),
+        "",
+        f"tanh's callers: {tally(found)}.",
     ]
 
 

@@ -1,6 +1,6 @@
 """`./stack bench [--quick] [--out DIR]`: every phase in order (PR 4's tree, attn timing and
-PR 4's op's, the contended case, peak memory, and in the full run the tanh table, tanh's
-accuracy), each in worker processes, then bench.md, bench.json and bench.png."""
+PR 4's op's, the contended case, peak memory, and in the full run the tanh table, the table
+of tanh's other callers, tanh's accuracy), each in worker processes, then bench.md, bench.json and bench.png."""
 
 import json
 import time
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from stacktool import tanh_accuracy
 from stacktool.bench.attn import PROFILE_ENV
+from stacktool.bench.callers import callers_speed
 from stacktool.bench.common import FULL, LABELS, QUICK, fmt_size, fmt_threads, ratio, say
 from stacktool.bench.contended import CONTENDED_QUICK_SIZES, CONTENDED_SIZES, CONTENDED_THREADS
 from stacktool.bench.cpu import cpu_facts
@@ -81,6 +82,9 @@ def run(layout: Layout, out_dir: Path, quick: bool, build=None) -> int:
     if not quick:
         results["tanh"] = tanh_speed(layout, log, cpu["vendor"])
         if results["tanh"] is None:
+            return 1
+        results["callers"] = callers_speed(layout, log)
+        if results["callers"] is None:
             return 1
         log("tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)")
         results["accuracy"] = [asdict(r) for r in tanh_accuracy.run(layout, log)]

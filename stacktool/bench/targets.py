@@ -4,6 +4,7 @@ the verdicts: torch.attn's time and memory targets, and the tanh table's."""
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from stacktool.bench.callers import STACK, V260
 from stacktool.bench.common import FWD, FWD_BWD, fmt_size, fmt_threads, ratio
 from stacktool.bench.memory import output_mb
 from stacktool.bench.tanh import IN_CACHE, INTEL, VECTORIZED, VECTORIZED_CAPABILITIES
@@ -167,6 +168,41 @@ def tanh_checks(tanh: dict | None) -> list[Check]:
             for c in tanh_row_checks(row, intel).values()]  # fmt: skip
 
 
+# tanh's other callers (callers.py; the issue "One fast tanh for all of CPU PyTorch"), on this
+# stack's column at 1 thread where PR 5 changes the kernel: (case, over which case, bound)
+CALLER_TARGETS = (
+    ("gelu(tanh)", "tanh", 1.3),
+    ("gelu(tanh) backward", "tanh", 1.6),
+    ("bf16 gelu(tanh)", "bf16 tanh", 1.4),
+    ("compiled tanh", "tanh", 1.05),
+    ("compiled gelu(tanh)", "gelu(tanh)", 1.1),
+)
+MISH_BOUND = 0.6  # mish: this stack at most 0.6x v2.6.0's time
+
+
+def caller_checks(callers: dict | None) -> list[Check]:
+    """The callers table's targets: every case but the copy not slower than v2.6.0 at every
+    capability; at avx2 and avx512, CALLER_TARGETS and mish's."""
+    ms = {(r["capability"], r["case"]): r["ms"] for r in (callers or {}).get("rows", [])}
+    found = [Check(f"v2.6.0 / this stack >= {NOT_SLOWER:.2f}", f"{case}, 1 thread, {cap}",
+                   ratio(times, V260, STACK), NOT_SLOWER, True)
+             for (cap, case), times in ms.items() if case != "copy"]  # fmt: skip
+    for cap in (callers or {}).get("capabilities", []):
+        if cap not in VECTORIZED_CAPABILITIES:
+            continue
+        for case, over, bound in CALLER_TARGETS:
+            pair = {
+                "a": ms.get((cap, case), {}).get(STACK),
+                "b": ms.get((cap, over), {}).get(STACK),
+            }
+            found.append(Check(f"{case} / {over} <= {bound:.2f}", f"{case}, 1 thread, {cap}",
+                               ratio(pair, "a", "b"), bound, False))  # fmt: skip
+        found.append(Check(f"this stack / v2.6.0 <= {MISH_BOUND:.2f}", f"mish, 1 thread, {cap}",
+                           ratio(ms.get((cap, "mish"), {}), STACK, V260), MISH_BOUND, False))  # fmt: skip
+    return found
+
+
 def checks(results: dict) -> list[Check]:
-    """Every target of the run where it applies: torch.attn's, then tanh's."""
-    return attn_checks(results) + tanh_checks(results.get("tanh"))
+    """Every target of the run where it applies: torch.attn's, tanh's, its callers'."""
+    return (attn_checks(results) + tanh_checks(results.get("tanh"))
+            + caller_checks(results.get("callers")))  # fmt: skip

@@ -21,10 +21,12 @@ WORKER_ENV = {"CUDA_HOME": "", "CUDA_PATH": ""}
 def spawn(layout: Layout, *args: str, env: dict[str, str | None] | None = None) -> bool:
     """Run a worker under the venv's Python; its stderr (progress, tracebacks) shows live.
     `env` adds to this process's environment; a None value removes the variable. torch.compile
-    caches in the tree's own folder for the worker's ATEN_CPU_CAPABILITY (as suites.suite_env)."""
+    caches in the tree's own folder for the worker's ATEN_CPU_CAPABILITY (as suites.suite_env),
+    never the shell's, unless `env` names one."""
+    cache = (env or {}).get(INDUCTOR_CACHE)
     env = {**os.environ, **layout.python_env, **WORKER_ENV, **(env or {})}
     env = {name: value for name, value in env.items() if value is not None}
-    env[INDUCTOR_CACHE] = str(layout.inductor_cache(env.get("ATEN_CPU_CAPABILITY")))
+    env[INDUCTOR_CACHE] = cache or str(layout.inductor_cache(env.get("ATEN_CPU_CAPABILITY")))
     proc = subprocess.run(
         [str(layout.python), "-m", "stacktool.bench", *args], cwd=layout.root, env=env
     )

@@ -11,10 +11,10 @@ from pathlib import Path
 from unittest import mock
 
 from stacktool import tanh_accuracy
-from stacktool.bench import pr4, runner, workers
+from stacktool.bench import callers, pr4, runner, workers
 from stacktool.bench.common import FWD_BWD
 from stacktool.config import Layout
-from stacktool.suites import Result
+from stacktool.suites import INDUCTOR_CACHE, Result
 from stacktool.tests.bench_fixtures import CPU, contended, contended_row, row, timing
 
 LEVEL_4 = Layout(Path("/nonexistent")).gate_tree(4)  # the gate's worktree and build of PR 4
@@ -53,6 +53,14 @@ class RunTest(unittest.TestCase):
                                     "ms": ms * (2 if wheel else 1), "rounds_ms": [2.0]}
                                    for case, ms in (("contiguous", 1.0), ("in cache", 0.004096))
                                    for impl in impls]}  # fmt: skip
+            elif command == "callers":
+                wheel = env.get("PYTHONPATH") == str(layout.wheel_tree)
+                ms = {case: 1.0 for case in callers.CALLER_CASES}
+                ms.update({"gelu(tanh)": 1.2, "mish": 2.0, "compiled tanh": 1.1})
+                result = {"torch": "t", "capability": env["ATEN_CPU_CAPABILITY"],
+                          "has_attn": not wheel,
+                          "rows": [{"case": case, "ms": 2.0 if wheel else value,
+                                    "rounds_ms": [2.0]} for case, value in ms.items()]}  # fmt: skip
             else:
                 return mock.Mock(returncode=0)  # plot: writes no png here
             Path(args[0]).write_text(json.dumps(result))
@@ -173,12 +181,16 @@ class RunTest(unittest.TestCase):
         # unset (what users get) in every worker but the one that forces it, whatever ours says
         self.assertEqual([env.get("ATEN_CPU_FLOAT_TANH") for name, _, env in spawned
                           if name == "tanh"], [None, None, None, None, "vectorized"])  # fmt: skip
-        self.assertEqual(phases[-7:], [
+        self.assertEqual(phases[-11:], [
             "tanh [default]: v2.6.0 (9 cases, a process of its own)",
             "tanh [default]: this stack and copy (9 cases, a process of its own)",
             "tanh [avx2]: v2.6.0 and Sleef u10 (9 cases, a process of its own)",
             "tanh [avx2]: this stack (9 cases, a process of its own)",
             "tanh [avx2]: this stack, vectorized and copy (9 cases, a process of its own)",
+            "tanh's callers [default]: v2.6.0 (9 cases, a process of its own)",
+            "tanh's callers [default]: this stack (9 cases, a process of its own)",
+            "tanh's callers [avx2]: v2.6.0 (9 cases, a process of its own)",
+            "tanh's callers [avx2]: this stack (9 cases, a process of its own)",
             "tanh accuracy: all 2^32 float32 inputs per capability (about a minute each)",
             "tanh float32, all 2^32 inputs [avx2]: max 1 ULP",
         ])  # fmt: skip
@@ -197,6 +209,18 @@ class RunTest(unittest.TestCase):
         self.assertIn("; avx512: skipped, this CPU lacks it.", report)
         self.assertIn("does not read ATEN_CPU_FLOAT_TANH", report)  # no build here
         self.assertIn("| tanh float32, all 2^32 inputs [avx2] | passed | max 1 ULP |", report)
+        # tanh's callers: v2.6.0's compiled kernels cached apart from the tree's
+        caches = {env[INDUCTOR_CACHE] for name, _, env in spawned
+                  if name == "callers" and env.get("PYTHONPATH")}  # fmt: skip
+        self.assertEqual(caches, {"/nonexistent/build/inductor-cache/v2.6.0/default",
+                                  "/nonexistent/build/inductor-cache/v2.6.0/avx2"})  # fmt: skip
+        self.assertIn("## tanh's other callers", report)
+        self.assertIn("| gelu(tanh) / tanh <= 1.30 | gelu(tanh), 1 thread, avx2 | 1.200 | met |",
+                      report)  # fmt: skip
+        self.assertIn("| compiled tanh / tanh <= 1.05 | compiled tanh, 1 thread, avx2 | 1.100 "
+                      "| not met |", report)  # fmt: skip
+        self.assertIn("| this stack / v2.6.0 <= 0.60 | mish, 1 thread, avx2 | 1.000 | not met |",
+                      report)  # fmt: skip
 
 
 if __name__ == "__main__":
