@@ -6,7 +6,7 @@ run among them (its numbers are not judged).
 """
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stacktool import sanitize, tanh_accuracy, tanh_model
@@ -47,8 +47,10 @@ class Suite:
     under ATEN_CPU_CAPABILITY=default, and avx2 and avx512 with ATEN_CPU_FLOAT_TANH=vectorized
     (a CPU kernel's every compiled variant); `vml` also with =vml, at each of avx2 and avx512
     ("each") or at the highest ("highest"): the float branch that value takes, VML's code
-    with DEFAULT's results, compiled in each build; `not_default` says why a suite skips
-    DEFAULT (on a CPU with nothing but DEFAULT it runs there).
+    with DEFAULT's results, compiled in each build, restricted there to `vml_only` (the tests
+    that =vml can change: every other runs the same code as under =vectorized);
+    `not_default` says why a suite skips DEFAULT (on a CPU with nothing but DEFAULT it runs
+    there).
     A level's suites with the same `env` run in one pytest process (see batches), each
     counted on its own line; `alone` says why a suite has a process of its own.
     """
@@ -62,6 +64,7 @@ class Suite:
     why: str = ""
     per_capability: bool = False  # once per tanh variant this CPU runs (tanh_accuracy.variants)
     vml: str = ""  # "each" or "highest": also with ATEN_CPU_FLOAT_TANH=vml (see variants)
+    vml_only: str = ""  # pytest's -k added to `select` under ATEN_CPU_FLOAT_TANH=vml
     alone: str = ""
     reruns: int = 0  # a failed test runs again up to this often, as run_test.py's --reruns=2 on CI
     not_default: str = ""  # why a per_capability suite skips DEFAULT where the CPU has AVX2
@@ -214,9 +217,11 @@ SUITES = (
     # 156 and 4 tests in these files all pass with ATEN_CPU_FLOAT_TANH=fast, which tanh_kernel
     # rejects at every call, whatever the dtype; Tanh's own tests fail with it).
     Suite("test_unary_ufuncs", "test/test_unary_ufuncs.py", "tanh and not atanh and not hardtanh",
-          levels=(5,), per_capability=True, vml="each",
+          levels=(5,), per_capability=True, vml="each", vml_only="float32",
           why="tanh, tanhshrink, tanh_, out=, the reference, PR 5's tests (both float kernels, in "
-          "subprocesses); also =vml in each AVX build: its float branch"),
+          "subprocesses); also =vml in each AVX build, its float32 tests (48 of 534): the "
+          "variable changes float's branch only, the other dtypes run the same code as at "
+          "=vectorized"),
     # The kernel is at::vec's Vectorized<float>::tanh, which GELU's tanh approximation and mish
     # (Activation.cpp) and the quantized gelu and tanh call too (stacktool/overlay/vec_callers.py).
     Suite("test_ops", "test/test_ops.py",
@@ -229,6 +234,10 @@ SUITES = (
           levels=(5,), per_capability=True,
           why="Tanh, GELU and Mish modules and the recurrent layers (tanh inside); not =vml: it "
           "changes only float tanh's results, to DEFAULT's", not_default=V260),
+    Suite("inductor/test_cpu_repro", "test/inductor/test_cpu_repro.py", "tanh", levels=(5,),
+          per_capability=True,
+          why="compiled tanh is eager's (PR 5's test_tanh_atan2, from #148241); not =vml: eager's "
+          "float tanh is then VML's", not_default="inductor vectorizes no kernel at DEFAULT"),
     Suite("test_quantized_op", "test/quantization/core/test_quantized_op.py", "qgelu or qtanh",
           levels=(5,), per_capability=True,
           why="the quantized gelu (test_qtanh is skipped upstream: hypothesis); not =vml: it "
@@ -268,7 +277,10 @@ def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Ta
             if cap == "default" and suite.not_default and len(runnable) > 1:
                 continue
             env = {**suite.env, **tanh_accuracy.variant_env(cap, kernel)}
-            runs.append((f"{suite.name} {tanh_accuracy.label(cap, kernel)}", suite, env))
+            ran = suite
+            if kernel == "vml" and suite.vml_only:
+                ran = replace(suite, select=f"({suite.select}) and ({suite.vml_only})")
+            runs.append((f"{suite.name} {tanh_accuracy.label(cap, kernel)}", ran, env))
     tasks = []
     for group in batches(runs):
         names, group_suites, env = [n for n, _, _ in group], [s for _, s, _ in group], group[0][2]

@@ -205,7 +205,8 @@ class SuiteTableTest(unittest.TestCase):
             "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]",
             "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",  # each build's float branch
             "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vml]",
-            *(f"{suite} {variant}" for suite in ("test_ops", "test_nn", "test_quantized_op")
+            *(f"{suite} {variant}" for suite in ("test_ops", "test_nn", "inductor/test_cpu_repro",
+                                                  "test_quantized_op")
               for variant in (
                 "[avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
                 "[avx512, ATEN_CPU_FLOAT_TANH=vectorized]")),  # DEFAULT: v2.6.0's code
@@ -213,17 +214,25 @@ class SuiteTableTest(unittest.TestCase):
         only_default = [t.name for t in levels.suite_tasks(Layout(Path("/x")), 5, ["default"])]
         self.assertEqual(only_default, [f"{suite} [default]" for suite in
                                         ("test_unary_ufuncs", "test_ops", "test_nn",
-                                         "test_quantized_op")])  # fmt: skip
+                                         "inductor/test_cpu_repro", "test_quantized_op")])  # fmt: skip
         tasks = levels.suite_tasks(Layout(Path("/x")), 5, ["default", "avx2"])
         self.assertEqual([t.name for t in tasks[:3]], [
             "test_unary_ufuncs [default]",
             "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
             "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",  # the highest this CPU runs
         ])  # fmt: skip
-        envs = []
-        with mock.patch.object(suites, "execute", lambda lay, name, c, env, p: envs.append(env)):
+        envs, commands = [], []
+
+        def execute(lay, name, command, env, p):
+            envs.append(env)
+            commands.append(" ".join(command))
+
+        with mock.patch.object(suites, "execute", execute):
             for task in tasks[:3]:
                 task.run(None)
+        # =vml runs the float32 tests alone: the other dtypes take the same code either way
+        self.assertNotIn("float32", commands[1])
+        self.assertIn("(tanh and not atanh and not hardtanh) and (float32)", commands[2])
         self.assertEqual(envs, [
             {"ATEN_CPU_CAPABILITY": "default"},
             {"ATEN_CPU_CAPABILITY": "avx2", "ATEN_CPU_FLOAT_TANH": "vectorized"},
@@ -281,9 +290,9 @@ class SuiteTableTest(unittest.TestCase):
         self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
         for worker, cap in workers:  # on one thread each: two run at once
             self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
-        # test_unary_ufuncs and the check under three variants, test_ops, test_nn and
-        # test_quantized_op one
-        self.assertEqual(len(ran), 2 * 3 + 3 * 1)
+        # test_unary_ufuncs and the check under three variants, test_ops, test_nn,
+        # test_cpu_repro and test_quantized_op one
+        self.assertEqual(len(ran), 2 * 3 + 4 * 1)
         by_name = {r.name: r for r in results}
         skip = by_name["tanh float32, all 2^32 inputs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]"]
         self.assertEqual((skip.skipped, skip.failed), (1, 0))  # avx512: listed, skipped
