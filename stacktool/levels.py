@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stacktool import sanitize, tanh_accuracy, tanh_model
+from stacktool import reduced_bits, sanitize, tanh_accuracy, tanh_model
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
 from stacktool.suites import Processes, Result, Task, batch_task, run_all, suite_task
@@ -341,9 +341,11 @@ def level_5(layout: Layout, log, tasks=()):
     """PR 5: the CPU float tanh kernel; tanh's suites and attn's, the exhaustive check, each
     per distinct tanh kernel (tanh_accuracy.variants); that ATEN_CPU_FLOAT_TANH's two values
     ran two kernels, and that =vml's float results are DEFAULT's; on a CPU without AVX-512,
-    the AVX512 body's model over every input (tanh_model)."""
+    the AVX512 body's model over every input (tanh_model); per capability, BFloat16/Half and
+    special inputs through tanh, GELU and mish against v2.6.0's (reduced_bits)."""
     runnable, found = tanh_accuracy.supported(layout), {}
     exhaustive = tanh_accuracy.tasks(layout, runnable, found)
+    exhaustive += [reduced_bits.task(layout, capability) for capability in runnable]
     if "avx512" not in runnable:  # the AVX512 body, modelled: this CPU cannot run it
         exhaustive.append(tanh_model.task(layout))
     results = run_all(layout, [*tasks, *exhaustive, *suite_tasks(layout, 5, runnable)], log)

@@ -15,7 +15,7 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from stacktool import levels, suites, tanh_accuracy, tanh_model
+from stacktool import levels, reduced_bits, suites, tanh_accuracy, tanh_model
 from stacktool.config import Layout
 from stacktool.errors import StackError
 from stacktool.levels import SUITES, Suite
@@ -275,6 +275,13 @@ class SuiteTableTest(unittest.TestCase):
             mock.patch.object(suites, "Processes", Fake),
             mock.patch.object(tanh_accuracy, "supported", return_value=runnable),
             mock.patch.object(tanh_model, "task", return_value=model),
+            mock.patch.object(
+                reduced_bits,
+                "task",
+                lambda _, cap: suites.Task(
+                    f"reduced bits [{cap}]", lambda _: (Result(f"reduced bits [{cap}]", 1), "")
+                ),
+            ),
             mock.patch("builtins.print"),
         ):
             return levels.level_5(Layout(Path("/x")).gate_tree(5), lambda line: None), ran
@@ -286,6 +293,8 @@ class SuiteTableTest(unittest.TestCase):
         names = [r.name for r in results]
         self.assertIn("test_nn [avx2, ATEN_CPU_FLOAT_TANH=vectorized]", names)
         self.assertIn("tanh float32, all 2^32 inputs [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
+        self.assertIn("reduced bits [default]", names)  # against v2.6.0, each capability
+        self.assertIn("reduced bits [avx2]", names)
         workers = [(w, cap) for w, cap, _, _ in ran if w[0] == "stacktool.tanh_accuracy"]
         self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
         for worker, cap in workers:  # on one thread each: two run at once
