@@ -1,8 +1,13 @@
 """The comparison of tanh's callers against v2.6.0 (stacktool/reduced_bits.py)."""
 
+import json
+import subprocess
 import unittest
+from pathlib import Path
 
 from stacktool import reduced_bits
+from stacktool.config import Layout
+from stacktool.suites import Processes
 
 NAN16, INF16 = 0x7E00, 0x7C00  # Half
 
@@ -43,6 +48,39 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(broken, [])
         broken, _ = self.compare("float32 gelu", [0x3F800001], [0x3F800000])
         self.assertEqual(len(broken), 1)
+
+    def test_the_grid_counts_its_differences(self):
+        _, differ = self.compare("float32 grid gelu", [1, 2, 3], [1, 5, 6])
+        self.assertEqual(differ, {"float32 grid gelu": 2})
+
+
+class WhichCodeRanTest(unittest.TestCase):
+    """The check fails where the callers gave v2.6.0's results at avx2 (the wheel's kernels
+    ran, not PR 5's tanh), and where anything differs at default (v2.6.0's code there)."""
+
+    def run_check(self, capability: str, grid_differs: bool) -> str:
+        def results(stack: bool) -> dict:
+            found = {"capability": capability, "attn": stack, "torch.float16 tanh": [1]}
+            for name in ("gelu", "mish"):
+                found[f"float32 grid {name}"] = [2 if stack and grid_differs else 1]
+            return found
+
+        class Fake(Processes):
+            def run(self, command, **kwargs):
+                stack = "PYTHONPATH" not in kwargs["env"] or "cache" not in kwargs["env"][
+                    "PYTHONPATH"]  # fmt: skip
+                Path(command[-1]).write_text(json.dumps(results(stack)))
+                return subprocess.CompletedProcess(command, 0, "", "")
+
+        layout = Layout(Path("/x"))
+        result, _ = reduced_bits.task(layout, capability).run(Fake())
+        return "passed" if result.passed else "failed"
+
+    def test_avx2_needs_the_new_kernels_results_default_v260s(self):
+        self.assertEqual(self.run_check("avx2", grid_differs=True), "passed")
+        self.assertEqual(self.run_check("avx2", grid_differs=False), "failed")
+        self.assertEqual(self.run_check("default", grid_differs=False), "passed")
+        self.assertEqual(self.run_check("default", grid_differs=True), "failed")
 
 
 if __name__ == "__main__":
