@@ -3,7 +3,7 @@ accuracy, the profile at the smallest size, and every target with its verdict; i
 gives the run in a few lines (what the README quotes)."""
 
 from stacktool import tanh_accuracy
-from stacktool.bench.callers import CALLER_CASES, STACK, V260
+from stacktool.bench.callers import CALLER_CASES, ORDER, STACK, V260
 from stacktool.bench.common import (
     FWD,
     FWD_BWD,
@@ -33,6 +33,7 @@ from stacktool.bench.targets import (
     Check,
     attn_checks,
     caller_checks,
+    caller_where,
     checks,
     contended_checks,
     contended_where,
@@ -456,9 +457,8 @@ def callers_section(callers: dict | None) -> list[str]:
         by_where.setdefault(c.where, []).append(c)
     rows = []
     for r in callers["rows"]:
-        where = f"{r['case']}, 1 thread, {r['capability']}"
-        held = "; ".join(f"{c.text}: {c.shown}" for c in by_where.get(where, []))
-        rows.append([r["capability"], r["case"], fmt_ms(r["ms"].get(V260)),
+        held = "; ".join(f"{c.text}: {c.shown}" for c in by_where.get(caller_where(r), []))
+        rows.append([r["capability"], r["case"], r["condition"], fmt_ms(r["ms"].get(V260)),
                      fmt_ms(r["ms"].get(STACK)), fmt_ratio(ratio(r["ms"], V260, STACK)),
                      held])  # fmt: skip
     cases = "; ".join(f"{name}: `{text}`" for name, text in CALLER_CASES.items())
@@ -469,20 +469,26 @@ def callers_section(callers: dict | None) -> list[str]:
         "",
         "## tanh's other callers: PR 5's at::vec tanh against v2.6.0",
         "",
-        "ms per call (median, timed as above), 1 thread, out of place, x = randn(2048, 2048) "
-        f"(float32 unless said), one process per build and capability. The cases: {cases}. "
+        "ms per call (median, timed as above), out of place, x = randn(2048, 2048) (float32 "
+        "unless said); every case at 1 thread, the eager ones also at 2 threads alone and "
+        "beside one busy-loop process; two processes per build and capability, in the order "
+        f"{', '.join(ORDER)}, each case's faster one kept. The cases: {cases}. "
         f"{V260}: the wheel's own torch (Sleef's tanh inside GELU, mish and BFloat16; its "
         "inductor emits 2 / (1 + exp(-2x)) - 1, its compiled kernels cached apart); "
         f"{STACK}: at avx2 and avx512 every case's tanh is PR 5's kernel (Vectorized<float>::tanh"
         ", the upstream kernel files that call it compiled again by the overlay; inductor "
-        "emits `.tanh()`), at default v2.6.0's code.",
+        "emits `.tanh()`) and GELU's tanh approximation PR 5's kernel x / (1 + exp(-2u)) "
+        "(float, BFloat16, Half; strided rows take the scalar loop, v2.6.0's formula), at "
+        "default v2.6.0's code.",
         "",
-        table(["capability", "case", V260, STACK, "v2.6.0 / this stack", "targets"], rows),
+        table(
+            ["capability", "case", "threads", V260, STACK, "v2.6.0 / this stack", "targets"], rows
+        ),
         "",
         f'Targets (the issue "One fast tanh for all of CPU PyTorch"), at avx2 and avx512, '
         f"this stack's column: {targets}; mish at most {MISH_BOUND:.2f}x v2.6.0's time; every "
         f"case but the copy not slower than v2.6.0, v2.6.0 / this stack >= {NOT_SLOWER:.2f}, at "
-        "every capability. Not timed here: 2 threads, beside a busy process.",
+        "every capability and condition.",
         "",
         targets_table(found),
         "",

@@ -115,7 +115,13 @@ def build(
     if variant is None:
         refreshed_count = load.refresh_headers(headers, overlay_headers, stack_headers)
 
-    new_files, added_tus, gpu_users = generate.stack_sources(fork, BASE, changed, lists)
+    whole = vec_callers.whole_files(fork, BASE, changed)
+    for path, stubs in sorted(whole.items()):
+        if path in changed:
+            vec_callers.check_own_changes(fork, BASE, path, sorted(stubs))
+    new_files, added_tus, gpu_users = generate.stack_sources(
+        fork, BASE, changed, lists, frozenset(whole)
+    )
     summary = f"{len(ops)} new op(s)"
     skipped_gpu = generate.gpu_sources(changed) + gpu_users
     if not ops and not new_files and not added_tus:

@@ -415,19 +415,20 @@ def _list_users(fork: Path, changes: dict[str, str], lists: dict[str, tuple[str,
 
 
 def stack_sources(fork: Path, base: str, changes: dict[str, str],
-                  lists: dict[str, tuple[str, str, list[str]]]
+                  lists: dict[str, tuple[str, str, list[str]]], whole: frozenset[str] = frozenset()
                   ) -> tuple[list[Path], dict[str, str], list[str]]:  # fmt: skip
     """(new .cpp files of the stack, {upstream path: generated TU text}, GPU sources left out).
 
     A generated TU holds the lines the stack adds to an upstream file and, where the file
     expands a macro list of `lists`, that expansion again with the added entries alone.
+    The files of `whole` are compiled whole (vec_callers), their changes with them.
     """
     new_files: list[Path] = []
     edited: dict[str, list[int]] = {}
     for path, status in sorted(changes.items()):
         if path.endswith(GPU_SOURCES):
             continue  # see gpu_sources
-        if not _is_core_source(path):
+        if not _is_core_source(path) or path in whole:
             continue
         if status == "A":
             new_files.append(fork / path)

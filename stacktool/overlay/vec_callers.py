@@ -14,6 +14,12 @@ fbgemm, whose headers the wheel does not ship, so a recompiled copy of them woul
 CALLERS names the callers in v2.6.0 (`git grep "\\.tanh("` over the kernel files and the
 native/cpu headers they include). `sources` refuses a changed function that a kernel file
 calls but CALLERS does not list: a full build would recompile that file.
+
+A file compiled whole this way may carry the stack's own changes (GELU's kernels in
+Activation.cpp): `check_own_changes` allows lines changed inside the re-pointed stubs'
+kernels or outside any function, each under an `#if` of the capabilities the file is
+compiled whole at (DEFAULT's code, which stays the wheel's, must not change), and the
+added-lines translation unit (generate.stack_sources) leaves such a file out.
 """
 
 import re
@@ -122,12 +128,10 @@ def _unlisted_callers(fork: Path, base: str, function: str) -> list[str]:
     return sorted(p for p in paths if p.endswith(".cpp") and p not in listed)
 
 
-def sources(fork: Path, base: str, changes: dict[str, str]) -> dict[str, str]:
-    """{path under the build's src/: text} of the kernel files to compile again, whole.
-
-    StackError for a changed function that a kernel file calls but CALLERS does not list.
-    """
-    wanted: dict[tuple[str, str], tuple[set[str], set[str]]] = {}  # (file, cap): names, stubs
+def _wanted(fork: Path, base: str, changes: dict[str, str]) -> dict[tuple[str, str], tuple]:
+    """{(kernel file, capability): (changed functions it calls, stubs to re-point)} of the
+    files `sources` compiles whole. StackError for an unlisted caller (see `sources`)."""
+    wanted: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
     for capability, functions in sorted(changed_functions(fork, base, changes).items()):
         for function in sorted(functions):
             unlisted = _unlisted_callers(fork, base, function)
@@ -141,17 +145,88 @@ def sources(fork: Path, base: str, changes: dict[str, str]) -> dict[str, str]:
                 names, repointed = wanted.setdefault((path, capability), (set(), set()))
                 names.add(function)
                 repointed.update(stubs)
-    texts: dict[str, str] = {}
-    for (path, capability), (names, stubs) in sorted(wanted.items()):
+    for path, capability in list(wanted):
         text = (fork / path).read_text()
-        if capability == "AVX512" and not stubs & set(_AVX512_REGISTRATION.findall(text)):
-            continue  # registered by REGISTER_DISPATCH: no AVX512 kernel, the AVX2 one runs
+        if capability == "AVX512" and not wanted[path, capability][1] & set(
+            _AVX512_REGISTRATION.findall(text)
+        ):
+            del wanted[path, capability]  # REGISTER_DISPATCH: no AVX512 kernel, AVX2's runs
+    return wanted
+
+
+def whole_files(fork: Path, base: str, changes: dict[str, str]) -> dict[str, set[str]]:
+    """{kernel file: the stubs re-pointed} for each file `sources` compiles whole."""
+    found: dict[str, set[str]] = {}
+    for (path, _), (_, stubs) in _wanted(fork, base, changes).items():
+        found.setdefault(path, set()).update(stubs)
+    return found
+
+
+def sources(fork: Path, base: str, changes: dict[str, str]) -> dict[str, str]:
+    """{path under the build's src/: text} of the kernel files to compile again, whole.
+
+    StackError for a changed function that a kernel file calls but CALLERS does not list.
+    """
+    texts: dict[str, str] = {}
+    for (path, capability), (names, stubs) in sorted(_wanted(fork, base, changes).items()):
+        text = (fork / path).read_text()
         name = f"{PREFIX}{path.replace('/', '__').removesuffix('.cpp')}.{capability}.cpp"
         texts[name] = REPOINT_ONLY.format(
             path=path, function=", ".join(sorted(names)), stubs=", ".join(sorted(stubs)),
             pragma=PRAGMAS.get(path, ""),
             condition=" || ".join(f'stub == "{s}"' for s in sorted(stubs))) + text  # fmt: skip
     return texts
+
+
+def check_own_changes(fork: Path, base: str, path: str, stubs: list[str]) -> None:
+    """StackError unless the stack's changes to `path`, a file compiled whole re-pointing
+    `stubs`, sit where that covers them: each changed line under an `#if` of the AVX
+    capabilities only, inside the kernel of one of `stubs` or outside every function that
+    `base` has."""
+    added, removed = parse_unified_diff(git(fork, "diff", "-U0", base, "--", path))
+    new_text, old_text = (fork / path).read_text(), git(fork, "show", f"{base}:{path}")
+    kernels = {fn: stub for stub, fn in _REGISTRATION.findall(new_text)}
+    read = {t: (t.splitlines(), enclosing_functions(t), _avx_only(t)) for t in (new_text, old_text)}
+    old_functions = set(read[old_text][1])
+    places = [(k, new_text) for k in added] + [(k, old_text) for k, _ in removed]
+    for number, text in places:
+        lines, functions, avx_only = read[text]
+        line, function = lines[number - 1].strip(), functions[number - 1]
+        if not line or line.startswith("//"):
+            continue
+        if not avx_only[number - 1]:
+            problem = "outside an `#if` of the AVX capabilities (DEFAULT keeps the wheel's code)"
+        elif function in old_functions - {None} and kernels.get(function) not in stubs:
+            problem = f"in {function}, not the kernel of a re-pointed stub ({', '.join(stubs)})"
+        else:
+            continue
+        raise StackError(f"{path}:{number}: the stack changes this file, which the overlay "
+                         f"compiles whole at the AVX capabilities, {problem}: {line[:60]!r}")  # fmt: skip
+
+
+_REGISTRATION = re.compile(
+    r"\b(?:ALSO_)?REGISTER_\w*DISPATCH\s*\(\s*(\w+)\s*,\s*&?\s*(?:\w+::)*(\w+)\s*\)"
+)
+_AVX_ONLY = re.compile(r"#\s*(?:el)?if\s+defined\s*\(\s*CPU_CAPABILITY_AVX(?:2|512)\s*\)"
+                       r"(?:\s*\|\|\s*defined\s*\(\s*CPU_CAPABILITY_AVX(?:2|512)\s*\))*\s*$")  # fmt: skip
+
+
+def _avx_only(text: str) -> list[bool]:
+    """Per line of C++ `text`, whether an enclosing `#if` / `#elif` compiles it in the AVX
+    builds only (an `#else` of one does not)."""
+    found, stack = [], []  # stack: per open #if, whether its current branch is AVX-only
+    for line in text.splitlines():
+        stripped = line.strip()
+        if re.match(r"#\s*if", stripped):
+            stack.append(bool(_AVX_ONLY.match(stripped)))
+        elif re.match(r"#\s*el", stripped) and stack:
+            stack[-1] = bool(_AVX_ONLY.match(stripped))
+        elif re.match(r"#\s*endif", stripped) and stack:
+            found.append(any(stack))
+            stack.pop()
+            continue
+        found.append(any(stack))
+    return found
 
 
 def capability(name: str) -> str:

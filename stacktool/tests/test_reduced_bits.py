@@ -47,7 +47,14 @@ class CompareTest(unittest.TestCase):
         broken, _ = self.compare("float32 gelu", [other, 0], [quiet, 0])
         self.assertEqual(broken, [])
         broken, _ = self.compare("float32 gelu", [0x3F800001], [0x3F800000])
-        self.assertEqual(len(broken), 1)
+        self.assertEqual(len(broken), 1)  # input 0 is +0
+        # input 10 is the largest float: GELU's other formula may round it otherwise
+        ours, theirs = [0] * 14, [0] * 14
+        ours[10] = 0x3F800000
+        self.assertEqual(self.compare("float32 gelu backward", ours, theirs)[0], [])
+        self.assertEqual(len(self.compare("float32 tanh", ours, theirs)[0]), 1)
+        ours[10], ours[8] = 0, 1  # input 8 is a denormal: exact
+        self.assertEqual(len(self.compare("float32 gelu backward", ours, theirs)[0]), 1)
 
     def test_the_grid_counts_its_differences(self):
         _, differ = self.compare("float32 grid gelu", [1, 2, 3], [1, 5, 6])

@@ -33,8 +33,12 @@ public:
 """
 ACTIVATION = """\
 namespace {
-static void gelu_kernel() { x.tanh(); }
-static void elu_kernel() { x.relu(); }
+static void gelu_kernel() {
+  x.tanh();
+}
+static void elu_kernel() {
+  x.relu();
+}
 } // namespace
 ALSO_REGISTER_AVX512_DISPATCH(GeluKernel, &gelu_kernel)
 REGISTER_DISPATCH(elu_stub, &elu_kernel)
@@ -115,6 +119,46 @@ class SourcesTest(unittest.TestCase):
         changed = self.edit(VEC256, "Sleef_tanhf8_u10(values)", "kernel(values)")
         with self.assertRaisesRegex(StackError, r"at::vec's tanh, which .*Other\.cpp call"):
             vec_callers.sources(self.fork, "HEAD", changed)
+
+    def own_change(self, where: str, code: str, guard: bool = True) -> dict[str, str]:
+        """The tanh change, and `code` added to Activation.cpp after `where`."""
+        self.edit(VEC256, "Sleef_tanhf8_u10(values)", "kernel(values)")
+        if guard:
+            code = f"#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)\n{code}\n#endif\n"
+        return self.edit(ACTIVATION_CPP, where, where + "\n" + code)
+
+    def check(self, changed: dict[str, str]) -> None:
+        stubs = vec_callers.whole_files(self.fork, "HEAD", changed)[ACTIVATION_CPP]
+        vec_callers.check_own_changes(self.fork, "HEAD", ACTIVATION_CPP, sorted(stubs))
+
+    def test_own_changes_to_a_file_compiled_whole_under_an_avx_if(self):
+        # in a re-pointed stub's kernel, and a new helper outside every function
+        changed = self.own_change("static void gelu_kernel() {", "  fast();")
+        changed = self.edit(ACTIVATION_CPP, "namespace {", "namespace {\n#if defined("
+                            "CPU_CAPABILITY_AVX2)\nstatic int fast() {\n  return 1;\n}\n#endif")  # fmt: skip
+        self.assertEqual(set(vec_callers.whole_files(self.fork, "HEAD", changed)),
+                         {ACTIVATION_CPP, vec_callers.QUANTIZED_KERNELS})  # fmt: skip
+        self.check(changed)
+        texts = vec_callers.sources(self.fork, "HEAD", changed)
+        self.assertIn(
+            "fast();",
+            texts[vec_callers.PREFIX + "aten__src__ATen__native__cpu__Activation.AVX2.cpp"],
+        )
+
+    def test_own_changes_that_default_would_compile_are_refused(self):
+        changed = self.own_change("static void gelu_kernel() {", "  fast();", guard=False)
+        with self.assertRaisesRegex(StackError, r"Activation\.cpp:3: .* outside an `#if`"):
+            self.check(changed)
+        self.tearDown()
+        self.setUp()
+        changed = self.own_change("static void gelu_kernel() {", "#else\n  fast();")
+        with self.assertRaisesRegex(StackError, "outside an `#if`"):  # an #else of one
+            self.check(changed)
+
+    def test_own_changes_to_a_kernel_the_overlay_does_not_repoint_are_refused(self):
+        changed = self.own_change("static void elu_kernel() {", "  fast();")
+        with self.assertRaisesRegex(StackError, r"in elu_kernel, not the kernel of a re-pointed"):
+            self.check(changed)
 
     def test_compiled_once_at_its_capability(self):
         flags = compile._capability_flags()["AVX512"]
