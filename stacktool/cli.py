@@ -103,16 +103,20 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
     log(f"wheel: {unpacked.name} (sha256 verified; unpacked files checked against its RECORD)")
     if repaired:
         log(f"re-extracted from the wheel, missing or damaged: {', '.join(repaired)}")
-    if venv.ensure(layout.venv, wheel.requirements(unpacked) + list(config.TEST_REQUIREMENTS)):
-        log("venv: requirements installed")
+    requirements = wheel.requirements(unpacked) + list(config.TEST_REQUIREMENTS)
+    with ThreadPoolExecutor(1) as beside:  # pip's downloads (I/O) while the fork is made
+        installed = beside.submit(venv.ensure, layout.venv, requirements)
+        new = layout.fork.with_name("pytorch.new")
+        if state != "current":
+            if new.exists():  # only setup makes pytorch.new: a run that was killed left it
+                shutil.rmtree(new)
+            fork.materialize(source, layout.patches, new)
+            log(f"materialized: {len(patches.stack_commits(new))} patch(es) applied")
+            log(f"linked {wheel.link(unpacked, new)} files of the wheel")
+        if installed.result():  # its failure ends setup here, pytorch/ as it was
+            log("venv: requirements installed")
     venv.write_pth(layout)
     if state != "current":
-        new = layout.fork.with_name("pytorch.new")
-        if new.exists():  # only setup makes pytorch.new: a run that was killed left it
-            shutil.rmtree(new)
-        fork.materialize(source, layout.patches, new)
-        log(f"materialized: {len(patches.stack_commits(new))} patch(es) applied")
-        log(f"linked {wheel.link(unpacked, new)} files of the wheel")
         aside = fork.replace(layout.fork, new, move_aside)
         if aside is not None:
             log(f"the previous tree is kept whole as {aside} (its commits, edits and ignored "
@@ -137,7 +141,8 @@ def build(layout: config.Layout) -> None:
     own = config.Layout(layout.root)
     overlay.install_loader(layout.site_packages, own.overlay, own.fork)
     overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1,
-                  cache_dir=layout.ccache, seeds=tuple(layout.builds()))  # fmt: skip
+                  cache_dir=layout.ccache, seeds=tuple(layout.builds()),
+                  wheel_include=layout.wheel_tree / "torch" / "include")  # fmt: skip
 
 
 def export(layout: config.Layout, check: bool) -> int:

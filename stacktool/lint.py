@@ -63,10 +63,14 @@ def ensure(layout: Layout) -> Path:
         (layout.fork / MYPY_PIN).write_text(
             "".join(f"{p}\n" for p in pins if p.startswith("mypy=="))
         )
-    lintbin = layout.fork / ".lintbin"
+    lintbin, clang_format = layout.fork / ".lintbin", lint_venv / "bin" / "clang-format"
     lintbin.mkdir(exist_ok=True)
-    (lintbin / "clang-format").unlink(missing_ok=True)
-    (lintbin / "clang-format").symlink_to(lint_venv / "bin" / "clang-format")
+    if (
+        not (lintbin / "clang-format").is_symlink()
+        or (lintbin / "clang-format").readlink() != clang_format
+    ):
+        (lintbin / "clang-format").unlink(missing_ok=True)
+        (lintbin / "clang-format").symlink_to(clang_format)
     common = git(layout.fork, "rev-parse", "--path-format=absolute", "--git-common-dir")
     exclude = Path(common.strip()) / "info" / "exclude"
     mine, linked, wheels = exclude.read_text().partition(wheel.LINKED)
@@ -102,11 +106,8 @@ def run(
     paths = files(layout.fork, base, tip)
     env = {**os.environ, "PATH": f"{lint_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     messages, failures = [], []
-    dmypy = str(lint_venv / "bin" / "dmypy")
-    python = [path for path in paths if path.endswith((".py", ".pyi"))]
-    if python and start([dmypy, "status"], cwd=layout.fork, capture_output=True).returncode:
-        start([dmypy, "start", "--timeout", str(DMYPY_IDLE_S), "--", "--config=mypy.ini"],
-              cwd=layout.fork, env=env, capture_output=True)  # fmt: skip
+    if any(path.endswith((".py", ".pyi")) for path in paths):
+        start_daemon(layout.fork, lint_venv, env, start)
     for linter in LINTERS if paths else ():
         log(f"{name}: {linter} over {len(paths)} file(s)")
         proc = start(
@@ -137,6 +138,27 @@ def run(
     count = f"{len(with_findings)} of {len(paths)} files" if not ok else f"{len(paths)} files"
     log(f"{name}: {'no findings in' if ok else 'findings in'} {count}")
     return Result(name, int(ok), int(not ok), note=count)
+
+
+def start_daemon(tree: Path, lint_venv: Path, env: dict, start=subprocess.run) -> str:
+    """mypy's daemon in `tree`, with upstream's config, started unless it runs; its command."""
+    dmypy = str(lint_venv / "bin" / "dmypy")
+    if start([dmypy, "status"], cwd=tree, capture_output=True).returncode:
+        start([dmypy, "start", "--timeout", str(DMYPY_IDLE_S), "--", "--config=mypy.ini"],
+              cwd=tree, env=env, capture_output=True)  # fmt: skip
+    return dmypy
+
+
+def warm_daemon(layout: Layout) -> bool:
+    """Start the mypy daemon in `layout`'s tree and have it check torch/__init__.py, which
+    loads what every linted file imports: a level's first lint then checks its files in
+    about 27 s, not 145 s cold (Zen 3). Whether the check ran to its end."""
+    lint_venv = ensure(layout)
+    env = {**os.environ, "PATH": f"{lint_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    dmypy = start_daemon(layout.fork, lint_venv, env)
+    proc = subprocess.run([dmypy, "check", "torch/__init__.py"], cwd=layout.fork, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    return proc.returncode in (0, 1)  # 1: mypy's findings, upstream's own (not counted)
 
 
 def stop_daemon(layout: Layout, tree: Path) -> bool:

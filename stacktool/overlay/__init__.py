@@ -76,6 +76,7 @@ def build(
     cache_dir: Path | None = None,
     seeds: tuple[Path, ...] = (),
     variant: compile.Variant | None = None,
+    wheel_include: Path | None = None,
 ) -> None:
     """Overlay-build the stack checked out in `fork` into `build_dir` (see module doc).
 
@@ -85,8 +86,10 @@ def build(
     from the same inputs (generate.codegen); `variant`: the same sources with other flags
     (compile.Variant, e.g. the sanitizers'), which writes nothing outside `build_dir`: the
     tree is not refreshed (step 4), and the import check is left to its user (an
-    instrumented library loads only under its runtime). Prints a one-line timing summary.
-    StackError on anything to act on.
+    instrumented library loads only under its runtime); `wheel_include`: the unpacked
+    wheel's torch/include, the headers of the upstream helper files it compiles
+    (compile.SUPPORT_SOURCES). Prints a one-line timing summary. StackError on anything
+    to act on.
     """
     t0 = time.monotonic()
     fork, build_dir = fork.resolve(), build_dir.resolve()
@@ -152,7 +155,7 @@ def build(
             launcher, before = ccache.launcher(found, cache_dir), ccache.stats(found, cache_dir)
         ext_suffix, steps, total = compile.compile_libraries(
             fork, python, build_dir, new_files, list(texts), list(added_tus), jobs, launcher,
-            variant)  # fmt: skip
+            variant, wheel_include)  # fmt: skip
         if cache_dir is not None:
             hits, misses = (
                 a - b for a, b in zip(ccache.stats(found, cache_dir), before, strict=True)

@@ -50,6 +50,9 @@ WARNINGS = ("-Wall -Wextra -Werror=return-type -Werror=non-virtual-dtor -Wno-unu
 # without TORCH_API), needed by stack code in the directory they are keyed by (e.g. a batch
 # rule calls moveBatchDimToFront). They hold no registrations or static state (checked),
 # are compiled whole into a static archive and linked with --exclude-libs: private copies.
+# Given the wheel's headers (compile_libraries' `wheel_include`), they are compiled against
+# those alone: v2.6.0's code, whatever the stack generates, so one object serves every
+# level's build from ccache (each level's generated headers differ).
 SUPPORT_SOURCES = {
     "aten/src/ATen/functorch/": ("aten/src/ATen/functorch/BatchRulesHelper.cpp",
                                  "aten/src/ATen/functorch/PlumbingHelper.cpp"),
@@ -185,10 +188,12 @@ def _ninja_file(
     support_sources: list[Path],
     launcher: str = "",
     variant: Variant | None = None,
+    wheel_include: Path | None = None,
 ) -> str:
     """build.ninja text. core_sources: (source, object stem, extra flags); `launcher`: what
     goes before the compiler on a compile command (ccache.launcher), or nothing; `variant`:
-    its flags go on the compiles (those it names, see Variant.only) and links."""
+    its flags go on the compiles (those it names, see Variant.only) and links;
+    `wheel_include`: the wheel's torch/include, the support sources' only headers."""
     torch_include = Path(FORK_LINK) / "torch" / "include"
     torch_lib = fork / "torch" / "lib"
     cxx = os.environ.get("CXX", "c++")
@@ -214,8 +219,9 @@ def _ninja_file(
         "",
     ]
 
-    def compile_each(kind: str, sources: list[tuple[Path, str, str]]) -> str:
-        """A build edge per (source, object stem, extra flags); the objects, space-separated."""
+    def compile_each(kind: str, sources: list[tuple[Path, str, str]], includes: str = "") -> str:
+        """A build edge per (source, object stem, extra flags); the objects, space-separated.
+        `includes`: the edges' own include flags, instead of the build's."""
         objs = []
         for source, stem, extra in sources:
             name = f"{kind}/{stem}"
@@ -226,11 +232,15 @@ def _ninja_file(
             objs.append(f"obj/{kind}/{stem}.o")
             lines.extend([f"build {objs[-1]}: cxx {relative(source, fork, build_dir)}",
                           f"  extra = {extra}"])  # fmt: skip
+            if includes:
+                lines.append(f"  includes = {includes}")
         return " ".join(objs)
 
     support = ""
     if support_sources:
-        objs = compile_each("support", [(s, s.stem, "") for s in support_sources])
+        wheel_only = wheel_include and (f"-I{wheel_include} -I{wheel_include / 'torch/csrc/api/include'} "
+                                        f"-I{python_include} -I{venv_include}")  # fmt: skip
+        objs = compile_each("support", [(s, s.stem, "") for s in support_sources], wheel_only or "")
         lines += [f"build {SUPPORT_LIB}: ar {objs}"]
         support = f" {SUPPORT_LIB}"
     core_objs = compile_each("core", core_sources)
@@ -296,6 +306,7 @@ def compile_libraries(
     jobs: int,
     launcher: str = "",
     variant: Variant | None = None,
+    wheel_include: Path | None = None,
 ) -> tuple[str, int, int]:
     """Compile and link the two libraries: (the bindings' EXT_SUFFIX, TUs compiled, TUs).
 
@@ -303,8 +314,9 @@ def compile_libraries(
     CPU capability), `sources` the files under `build_dir`/src (generate.sources: those
     under bindings/ go into the extension), `edited` the upstream files whose added lines
     are among them; `launcher` goes before the compiler (ccache); `variant`: another
-    build's flags (a new file edited by it lies under src/INJECTED). StackError with the
-    compiler's output if ninja fails.
+    build's flags (a new file edited by it lies under src/INJECTED); `wheel_include`: the
+    unpacked wheel's torch/include (see SUPPORT_SOURCES). StackError with the compiler's
+    output if ninja fails.
     """
     src = build_dir / "src"
 
@@ -351,6 +363,7 @@ def compile_libraries(
             support_sources,
             launcher,
             variant,
+            wheel_include,
         ),
     )
     steps = ninja(_ninja(python), build_dir, jobs)

@@ -3,6 +3,7 @@
 import shutil
 import tempfile
 import threading
+import time
 import unittest
 from pathlib import Path
 from unittest import mock
@@ -195,11 +196,12 @@ class StopDaemonsTest(unittest.TestCase):
         lint = self.root / "build" / "gate" / "lint" / "pytorch"
         return [f"{tree} stop" for tree in (self.trees[0], self.trees[2], lint, loop)]
 
-    def run_gate(self, level_results):
+    def run_gate(self, level_results, warm=lambda layout, log: None):
         """gate.run with every check faked: one level, whose checks give `level_results`
-        (or raise it)."""
+        (or raise it); `warm` stands in for warm_lint."""
         level = (1, "c" * 40, self.layout.gate_tree(1))
         with (
+            mock.patch.object(gate, "warm_lint", warm),
             mock.patch.object(gate, "tool_tests", return_value=gate.Result("t", 1)),
             mock.patch.object(gate.lint, "tool", return_value=gate.Result("ruff", 1)),
             mock.patch.object(gate.patches, "export", return_value=[]),
@@ -226,6 +228,19 @@ class StopDaemonsTest(unittest.TestCase):
         with self.assertRaises(KeyboardInterrupt):
             self.run_gate(KeyboardInterrupt())
         self.assertEqual(self.stopped(), self.expected())
+
+    def test_the_daemon_loaded_ahead_is_stopped_too(self):
+        """The warm-up runs beside the checks; the stop waits for it, also when the checks
+        end first (here at once, with an interrupt)."""
+
+        def warm(layout, log):
+            time.sleep(0.3)
+            with self.calls.open("a") as calls:
+                calls.write("warmed\n")
+
+        with self.assertRaises(KeyboardInterrupt):
+            self.run_gate(KeyboardInterrupt(), warm)
+        self.assertEqual(self.stopped(), ["warmed", *self.expected()])
 
 
 if __name__ == "__main__":

@@ -104,6 +104,20 @@ class LintTest(unittest.TestCase):
         self.assertEqual((result.passed, result.failed), (1, 0))
         self.assertEqual(logged[-1], "lint: no findings in 1 files")
 
+    def test_the_daemon_warmed_with_upstreams_config_and_torch_init(self):
+        """status fails (none runs): started with mypy.ini, then checks torch/__init__.py in
+        the tree; mypy's findings (exit 1) are upstream's own, so the warm-up counts."""
+        dmypy = self.root / ".venv-lint" / "bin" / "dmypy"
+        dmypy.write_text(f'#!/bin/sh\necho "$PWD $*" >> {self.calls}\nexit 1\n')
+        self.assertTrue(lint.warm_daemon(self.layout))
+        self.assertEqual(self.calls.read_text().splitlines(), [
+            f"{self.fork} status",
+            f"{self.fork} start --timeout {lint.DMYPY_IDLE_S} -- --config=mypy.ini",
+            f"{self.fork} check torch/__init__.py",
+        ])  # fmt: skip
+        dmypy.write_text("#!/bin/sh\nexit 2\n")  # the daemon crashed
+        self.assertFalse(lint.warm_daemon(self.layout))
+
     def test_a_new_cpp_file_is_formatted_whichever_commit_added_it(self):
         (self.fork / "kernel.cpp").write_text("int f();\n")
         self.commit("level 2 adds kernel.cpp")

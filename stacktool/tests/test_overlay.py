@@ -492,6 +492,23 @@ class SupportSourcesTest(unittest.TestCase):
             with self.assertRaisesRegex(StackError, "now holds registrations"):
                 compile._support_sources(fork, added)
 
+    def test_compiled_against_the_wheel_headers_alone(self):
+        """Each level generates other headers: the helpers see none of them, so that one
+        object (one command, one set of headers) serves every level's build from ccache."""
+        with tempfile.TemporaryDirectory() as tmp:
+            fork, wheel = Path(tmp, "pytorch"), Path(tmp, "wheel/torch/include")
+            helper = fork / compile.SUPPORT_SOURCES["aten/src/ATen/functorch/"][0]
+            kernel = fork / "aten/src/ATen/native/Attn.cpp"
+            text = compile._ninja_file(fork, Path(tmp, "build"), "/py", Path("/venv/include"),
+                                       ".so", [(kernel, "Attn", "")], [], [helper],
+                                       wheel_include=wheel)  # fmt: skip
+        edges = text.split("\nbuild ")
+        support = next(edge for edge in edges if edge.startswith("obj/support/"))
+        core = next(edge for edge in edges if edge.startswith("obj/core/"))
+        self.assertIn(f"  includes = -I{wheel} -I{wheel}/torch/csrc/api/include -I/py", support)
+        self.assertNotIn("includes", core)  # the build's: the overlay's headers first
+        self.assertIn("includes = -Iinclude -Ifork/torch/include", text)
+
 
 class PackageSourcesTest(unittest.TestCase):
     def test_cpublas_shim_only_where_the_stack_calls_gemm(self):
