@@ -35,6 +35,7 @@ from pathlib import Path
 from stacktool import overlay, tanh_accuracy
 from stacktool.config import Layout
 from stacktool.errors import StackError
+from stacktool.overlay import vec_callers
 from stacktool.overlay.compile import Variant
 from stacktool.overlay.loader import ENV as OVERLAY_ENV
 from stacktool.suites import WORKERS, Processes, Result, Task, pytest_counts, run_all, suite_env
@@ -189,10 +190,11 @@ def build_dir(layout: Layout, gate: bool = False) -> Path:
 def gate_objects(capability: str) -> tuple[str, ...]:
     """What the gate instruments (Variant.only): the stack's CPU kernel files' objects (PR
     6's AttnKernel.cpp, PR 5's lines of UnaryOpsKernel.cpp) at the capability its checks
-    run; not the upstream kernel files compiled again whole (overlay/vec_callers.py), which
-    its checks do not call."""
-    return tuple(f"core/{prefix}aten__src__ATen__native__cpu__*.{capability.upper()}"
-                 for prefix in ("", "added__"))  # fmt: skip
+    run, and of the upstream kernel files compiled again whole (overlay/vec_callers.py) the
+    one with the stack's own loops, Activation.cpp (PR 5's GELU; the sweep calls it)."""
+    files = [f"{prefix}aten__src__ATen__native__cpu__*" for prefix in ("", "added__")]
+    files.append(f"{vec_callers.PREFIX.replace('/', '__')}aten__src__ATen__native__cpu__Activation")
+    return tuple(f"core/{name}.{capability.upper()}" for name in files)
 
 
 def build(layout: Layout, target: Path, only: tuple[str, ...] = (),

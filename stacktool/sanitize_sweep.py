@@ -21,8 +21,9 @@ edges follow them. With STACK_SWEEP_SIZES=edges (the gate's), 1..33 instead of 1
 one row over or under each edge: every vector tail, and the block edges. The references
 are computed on one thread: on a busy 2-core machine each 2-thread region waits for a core.
 
-And PR 5's tanh kernel (test_tanh_kernel_edges): every layout its loop tells apart, float,
-bfloat16 and half, at every vector tail and around its buffer and thread split sizes.
+And PR 5's tanh kernel (test_tanh_kernel_edges) and GELU(tanh) kernels, forward and
+backward (test_gelu_kernel_edges): every layout their loops tell apart, float, bfloat16 and
+half, at every vector tail and around their buffer and thread split sizes.
 """
 
 import contextlib
@@ -209,3 +210,51 @@ def test_sizes_cover_the_kernels_edges():
         for b, m, delta in itertools.product(blocks.values(), (1, 2, 4), (-1, 0, 1)):
             one_run = threads == 2 and b * m + delta < blocks.get("kBlockRows", b) - 1
             assert one_run or b * m + delta in found, (threads, b * m + delta)
+
+
+# PR 5's GELU(tanh) loops (Activation.cpp; float, and bfloat16 and half through float):
+# as tanh_float_loop, each operand strided or not, gathered into and scattered from buffers
+# of kGeluBlock (2048) elements; backward reads two inputs (dy, x), either strided or
+# expanded (stride 0).
+GELU_LAYOUTS = {
+    "contiguous": lambda x, dy: (gelu(x), gelu_backward(dy, x)),
+    "strided in": lambda x, dy: (gelu(x.repeat_interleave(3)[::3]),
+                                 gelu_backward(dy.repeat_interleave(2)[::2], x)),
+    "strided out": lambda x, dy: (
+        torch.ops.aten.gelu.out(x, approximate="tanh", out=torch.empty(2 * len(x), dtype=x.dtype)[::2]),
+        torch.ops.aten.gelu_backward.grad_input(dy, x, approximate="tanh",
+                                                grad_input=torch.empty(2 * len(x), dtype=x.dtype)[::2])),
+    "rows": lambda x, dy: (gelu(padded_rows(x))[1], gelu_backward(padded_rows(dy), padded_rows(x))[1]),
+}  # fmt: skip
+
+
+def gelu(x):
+    return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def gelu_backward(dy, x):
+    return torch.ops.aten.gelu_backward(dy, x, approximate="tanh")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["float32", "bfloat16", "float16"])  # fmt: skip
+def test_gelu_kernel_edges(dtype, threads):
+    torch.manual_seed(0)
+    with num_threads(threads):
+        for n in TANH_LENGTHS:
+            x, dy = (torch.randn(n) * 3).to(dtype), torch.randn(n).to(dtype)
+            expected = (
+                gelu(x.double()).to(dtype),
+                gelu_backward(dy.double(), x.double()).to(dtype),
+            )
+            first = None
+            for layout, run in GELU_LAYOUTS.items():
+                got = run(x, dy)
+                what = f"GELU(tanh), n = {n}, {threads} thread(s), {dtype}, {layout}"
+                if first is None:  # within a rounding of the double result
+                    for g, e in zip(got, expected, strict=True):
+                        torch.testing.assert_close(g, e, msg=lambda m, w=what: f"{w}: {m}")
+                    first = got
+                else:  # every layout gives the same bits
+                    assert all(torch.equal(g, f) for g, f in zip(got, first, strict=True)), what

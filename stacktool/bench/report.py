@@ -478,8 +478,8 @@ def callers_section(callers: dict | None) -> list[str]:
         f"{STACK}: at avx2 and avx512 every case's tanh is PR 5's kernel (Vectorized<float>::tanh"
         ", the upstream kernel files that call it compiled again by the overlay; inductor "
         "emits `.tanh()`) and GELU's tanh approximation PR 5's kernel x / (1 + exp(-2u)) "
-        "(float, BFloat16, Half; strided rows take the scalar loop, v2.6.0's formula), at "
-        "default v2.6.0's code.",
+        "(float, BFloat16, Half; every element through its vector code, strided operands "
+        "gathered into a buffer), at default v2.6.0's code.",
         "",
         table(
             ["capability", "case", "threads", V260, STACK, "v2.6.0 / this stack", "targets"], rows

@@ -43,7 +43,10 @@ class FlagsTest(unittest.TestCase):
             "core/aten__src__ATen__native__cpu__AttnKernel.AVX2": True,
             "core/added__aten__src__ATen__native__cpu__UnaryOpsKernel.AVX2": True,
             "core/aten__src__ATen__native__cpu__AttnKernel.DEFAULT": False,
-            "core/recompiled__aten__src__ATen__native__cpu__Activation.AVX2": False,
+            "core/recompiled__aten__src__ATen__native__cpu__Activation.AVX2": True,  # GELU's
+            "core/recompiled__aten__src__ATen__native__cpu__Activation.AVX512": False,
+            "core/recompiled__aten__src__ATen__native__quantized__cpu__kernels__"
+            "QuantizedOpKernels.AVX2": False,
             "core/aten__src__ATen__native__cpu__AttnKernel.AVX512": False,
             "core/aten__src__ATen__native__Attn": False,
             "core/aten__RegisterCPU": False,
