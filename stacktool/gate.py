@@ -165,7 +165,7 @@ def warm_lint(layout: Layout, log) -> None:
     started = time.monotonic()
     try:
         ran = lint.warm_daemon(worktree(layout, layout.lint_tree(), log))
-    except StackError as e:
+    except (StackError, OSError) as e:  # e.g. the lint venv's dmypy missing
         ran = False
         log(f"mypy's daemon in the lint tree not loaded ahead: {e}")
     if ran:

@@ -229,6 +229,14 @@ class StopDaemonsTest(unittest.TestCase):
             self.run_gate(KeyboardInterrupt())
         self.assertEqual(self.stopped(), self.expected())
 
+    def test_a_warm_up_that_fails_only_logs(self):
+        """Level 3's lint then starts the daemon itself: the run goes on."""
+        for error in (StackError("no lint venv"), FileNotFoundError("dmypy")):
+            logged = []
+            with mock.patch.object(gate, "worktree", side_effect=error):
+                gate.warm_lint(self.layout, logged.append)
+            self.assertEqual(logged, [f"mypy's daemon in the lint tree not loaded ahead: {error}"])
+
     def test_the_daemon_loaded_ahead_is_stopped_too(self):
         """The warm-up runs beside the checks; the stop waits for it, also when the checks
         end first (here at once, with an interrupt)."""
