@@ -160,7 +160,7 @@ def run(layout: Layout, log, build) -> int:
 
 def warm_lint(layout: Layout, log) -> None:
     """Load mypy's daemon in the gate's lint tree (lint.warm_daemon) while the tool's tests
-    and the first levels run, which leave a core idle: its cold start (about 145 s on a
+    and the first levels run, which leave a core idle: its cold start (93-145 s on a
     Zen 3) was level 3's longest check. A failure here only leaves level 3 to start it."""
     started = time.monotonic()
     try:

@@ -181,24 +181,33 @@ def padded_rows(x):
     return rows.copy_(x.expand(2, len(x)))
 
 
+def same_in_every_layout(layouts: dict, args: tuple, expected: tuple, what: str) -> None:
+    """Each layout's results (a tuple) from `args`: the first layout's within a rounding of
+    `expected` (computed in double), every other layout's bitwise the first's."""
+    first = None
+    for layout, run in layouts.items():
+        got, where = run(*args), f"{what}, {layout}"
+        if first is None:
+            for g, e in zip(got, expected, strict=True):
+                torch.testing.assert_close(g, e, msg=lambda m, w=where: f"{w}: {m}")
+            first = got
+        else:
+            assert all(torch.equal(g, f) for g, f in zip(got, first, strict=True)), where
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["float32", "bfloat16", "float16"])  # fmt: skip
 def test_tanh_kernel_edges(dtype, threads):
+    layouts = {layout: lambda x, tanh=tanh: (tanh(x),) for layout, tanh in TANH_LAYOUTS.items()}
     torch.manual_seed(0)
     with num_threads(threads):
         for n in TANH_LENGTHS:
             x = (torch.randn(n) * 3).to(dtype)
-            expected = torch.tanh(x.double()).to(dtype)
-            first = None
-            for layout, tanh in TANH_LAYOUTS.items():
-                got = tanh(x)
-                what = f"tanh, n = {n}, {threads} thread(s), {dtype}, {layout}"
-                if first is None:  # within a rounding of the correctly rounded result
-                    torch.testing.assert_close(got, expected, msg=lambda m, w=what: f"{w}: {m}")
-                    first = got
-                else:  # every layout gives the same bits
-                    assert torch.equal(got, first), what
+            expected = (torch.tanh(x.double()).to(dtype),)
+            same_in_every_layout(
+                layouts, (x,), expected, f"tanh, n = {n}, {threads} thread(s), {dtype}"
+            )
 
 
 def test_sizes_cover_the_kernels_edges():
@@ -214,12 +223,12 @@ def test_sizes_cover_the_kernels_edges():
 
 # PR 5's GELU(tanh) loops (Activation.cpp; float, and bfloat16 and half through float):
 # as tanh_float_loop, each operand strided or not, gathered into and scattered from buffers
-# of kGeluBlock (2048) elements; backward reads two inputs (dy, x), either strided or
-# expanded (stride 0).
+# of kGeluBlock (2048) elements; backward reads two inputs (dy, x), each strided or not, and
+# dy also expanded (stride 0: one element gathered over and over).
 GELU_LAYOUTS = {
     "contiguous": lambda x, dy: (gelu(x), gelu_backward(dy, x)),
     "strided in": lambda x, dy: (gelu(x.repeat_interleave(3)[::3]),
-                                 gelu_backward(dy.repeat_interleave(2)[::2], x)),
+                                 gelu_backward(dy.repeat_interleave(2)[::2], x.repeat_interleave(3)[::3])),
     "strided out": lambda x, dy: (
         torch.ops.aten.gelu.out(x, approximate="tanh", out=torch.empty(2 * len(x), dtype=x.dtype)[::2]),
         torch.ops.aten.gelu_backward.grad_input(dy, x, approximate="tanh",
@@ -244,17 +253,11 @@ def test_gelu_kernel_edges(dtype, threads):
     with num_threads(threads):
         for n in TANH_LENGTHS:
             x, dy = (torch.randn(n) * 3).to(dtype), torch.randn(n).to(dtype)
+            what = f"GELU(tanh), n = {n}, {threads} thread(s), {dtype}"
             expected = (
                 gelu(x.double()).to(dtype),
                 gelu_backward(dy.double(), x.double()).to(dtype),
             )
-            first = None
-            for layout, run in GELU_LAYOUTS.items():
-                got = run(x, dy)
-                what = f"GELU(tanh), n = {n}, {threads} thread(s), {dtype}, {layout}"
-                if first is None:  # within a rounding of the double result
-                    for g, e in zip(got, expected, strict=True):
-                        torch.testing.assert_close(g, e, msg=lambda m, w=what: f"{w}: {m}")
-                    first = got
-                else:  # every layout gives the same bits
-                    assert all(torch.equal(g, f) for g, f in zip(got, first, strict=True)), what
+            same_in_every_layout(GELU_LAYOUTS, (x, dy), expected, what)
+            one = dy[:1].expand(n)  # dy expanded: its one element's bits, as a contiguous copy's
+            assert torch.equal(gelu_backward(one, x), gelu_backward(one.contiguous(), x)), what
