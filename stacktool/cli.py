@@ -99,13 +99,14 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
     if source is None:
         source = upstream.fetch_tarball(layout.cache)
         log(f"upstream source: {source.name} (sha256 verified)")
-    unpacked, repaired = wheel.unpack(wheel.fetch(layout.cache), layout.cache)
-    log(f"wheel: {unpacked.name} (sha256 verified; unpacked files checked against its RECORD)")
-    if repaired:
-        log(f"re-extracted from the wheel, missing or damaged: {', '.join(repaired)}")
-    requirements = wheel.requirements(unpacked) + list(config.TEST_REQUIREMENTS)
-    with ThreadPoolExecutor(1) as beside:  # pip's downloads (I/O) while the fork is made
+    wheel_file = wheel.fetch(layout.cache)
+    requirements = wheel.requirements(wheel_file) + list(config.TEST_REQUIREMENTS)
+    with ThreadPoolExecutor(1) as beside:  # pip's install while the wheel and fork are unpacked
         installed = beside.submit(venv.ensure, layout.venv, requirements)
+        unpacked, repaired = wheel.unpack(wheel_file, layout.cache)
+        log(f"wheel: {unpacked.name} (sha256 verified; unpacked files checked against its RECORD)")
+        if repaired:
+            log(f"re-extracted from the wheel, missing or damaged: {', '.join(repaired)}")
         new = layout.fork.with_name("pytorch.new")
         if state != "current":
             if new.exists():  # only setup makes pytorch.new: a run that was killed left it
@@ -142,7 +143,7 @@ def build(layout: config.Layout) -> None:
     overlay.install_loader(layout.site_packages, own.overlay, own.fork)
     overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1,
                   cache_dir=layout.ccache, seeds=tuple(layout.builds()),
-                  wheel_include=layout.wheel_tree / "torch" / "include")  # fmt: skip
+                  wheel=layout.wheel_tree)  # fmt: skip
 
 
 def export(layout: config.Layout, check: bool) -> int:

@@ -110,7 +110,7 @@ def lint_checkout(layout: Layout, gate: Layout, commit: str, log) -> Layout:
     after a level's checkout 3-35 s, measured)."""
     lint_layout = worktree(layout, layout.lint_tree(), log)
     check_out(lint_layout.fork, commit)
-    for path in load.python_outputs(gate.overlay):
+    for path in load.python_outputs():
         if (gate.fork / path).exists():
             write_if_changed(lint_layout.fork / path, (gate.fork / path).read_bytes())
     return lint_layout

@@ -208,7 +208,7 @@ def build(layout: Layout, target: Path, only: tuple[str, ...] = (),
     variant = Variant(CXXFLAGS, LDFLAGS, tree_build=layout.overlay, only=only, inject=inject)
     overlay.build(layout.fork, layout.python, target, jobs=os.cpu_count() or 1,
                   cache_dir=layout.ccache, seeds=(layout.overlay, *layout.builds()),
-                  variant=variant, wheel_include=layout.wheel_tree / "torch" / "include")  # fmt: skip
+                  variant=variant, wheel=layout.wheel_tree)  # fmt: skip
     return target
 
 

@@ -114,9 +114,12 @@ def _extract(archive: zipfile.ZipFile, name: str, root: Path, files: dict) -> No
         )
 
 
-def requirements(unpacked: Path) -> list[str]:
-    """The wheel's runtime requirements (Requires-Dist without extras), as pip arguments."""
-    metadata = next(unpacked.glob("torch-*.dist-info/METADATA")).read_text()
+def requirements(wheel: Path) -> list[str]:
+    """The wheel's runtime requirements (Requires-Dist without extras), as pip arguments, read
+    from the wheel file itself: known before it is unpacked, so pip can start first."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+        metadata = archive.read(name).decode()
     found = []
     for line in re.findall(r"^Requires-Dist: (.*)$", metadata, re.M):
         if "extra ==" in line:

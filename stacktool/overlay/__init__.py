@@ -68,6 +68,14 @@ from stacktool.overlay.loader import MANIFEST
 __all__ = ["build", "install_loader", "new_ops"]
 
 
+def codegen_needed(ops: list[str], changed: dict[str, str]) -> bool:
+    """Whether the codegen has anything to do: a checkout that adds no op and changes nothing
+    the generators read (v2.6.0's yaml, gen_pyi's docs and templates) would get v2.6.0's
+    generated files, the wheel's own: PRs 1 and 2, 32 s of codegen saved each build."""
+    reads = (*generate.CODEGEN_INPUTS, *load.PYI_INPUTS)
+    return bool(ops) or any(path.startswith(reads) for path in changed)
+
+
 def build(
     fork: Path,
     python: Path,
@@ -76,7 +84,7 @@ def build(
     cache_dir: Path | None = None,
     seeds: tuple[Path, ...] = (),
     variant: compile.Variant | None = None,
-    wheel_include: Path | None = None,
+    wheel: Path | None = None,
 ) -> None:
     """Overlay-build the stack checked out in `fork` into `build_dir` (see module doc).
 
@@ -86,9 +94,10 @@ def build(
     from the same inputs (generate.codegen); `variant`: the same sources with other flags
     (compile.Variant, e.g. the sanitizers'), which writes nothing outside `build_dir`: the
     tree is not refreshed (step 4), and the import check is left to its user (an
-    instrumented library loads only under its runtime); `wheel_include`: the unpacked
-    wheel's torch/include, the headers of the upstream helper files it compiles
-    (compile.SUPPORT_SOURCES). Prints a one-line timing summary. StackError on anything
+    instrumented library loads only under its runtime); `wheel`: the unpacked wheel, whose
+    torch/include holds the headers of the upstream helper files it compiles
+    (compile.SUPPORT_SOURCES), and whose generated Python files a checkout that adds no op
+    gets back instead of running the codegen (`codegen_needed`). Prints a one-line timing summary. StackError on anything
     to act on.
     """
     t0 = time.monotonic()
@@ -106,7 +115,10 @@ def build(
 
     # what to generate: codegen, headers, sources
     t = time.monotonic()
-    ran_codegen = generate.codegen(fork, python, cg, ops, [seed / "codegen" for seed in seeds])
+    needed = wheel is None or codegen_needed(ops, changed)
+    ran_codegen = needed and generate.codegen(
+        fork, python, cg, ops, [seed / "codegen" for seed in seeds]
+    )
     t_codegen = time.monotonic() - t
 
     t = time.monotonic()
@@ -155,7 +167,7 @@ def build(
             launcher, before = ccache.launcher(found, cache_dir), ccache.stats(found, cache_dir)
         ext_suffix, steps, total = compile.compile_libraries(
             fork, python, build_dir, new_files, list(texts), list(added_tus), jobs, launcher,
-            variant, wheel_include)  # fmt: skip
+            variant, wheel and wheel / "torch" / "include")  # fmt: skip
         if cache_dir is not None:
             hits, misses = (
                 a - b for a, b in zip(ccache.stats(found, cache_dir), before, strict=True)
@@ -179,10 +191,14 @@ def build(
     t = time.monotonic()
     refreshed = "the tree not refreshed (a variant)"
     if variant is None:
-        count = refreshed_count + load.refresh_tree(fork, python, build_dir, cg)
+        if needed:
+            count = refreshed_count + load.refresh_tree(fork, python, build_dir, cg)
+        else:
+            count = refreshed_count + load.restore_wheel_python_files(fork, wheel)
         refreshed = f"{count} tree file(s) refreshed in {time.monotonic() - t:.1f}s"
+    codegen = f"{t_codegen:.1f}s" if ran_codegen else "up to date" if needed else "not needed"
     print(
-        f"overlay build: {summary}; codegen {f'{t_codegen:.1f}s' if ran_codegen else 'up to date'}"
+        f"overlay build: {summary}; codegen {codegen}"
         f", {compiled} in {t_compile:.1f}s (-j{jobs}), {refreshed}"
         f"; total {time.monotonic() - t0:.1f}s"
         + (

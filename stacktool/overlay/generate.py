@@ -102,10 +102,15 @@ def _run_parallel(jobs: list[tuple[list[str], str]], cwd: Path) -> None:
 # --------------------------------------------------------------------------- codegen
 
 
+# everything steps 1 and 2 read in the tree
+CODEGEN_INPUTS = (*GENERATOR_INPUTS, *YAML_INPUTS, "tools/autograd/deprecated.yaml", AOTI_SHIMS)
+
+
 def codegen_key(fork: Path, ops: list[str]) -> str:
     """A digest of everything steps 1 and 2 read (file contents and paths in the tree)."""
-    read = [*GENERATOR_INPUTS, *YAML_INPUTS, "tools/autograd/deprecated.yaml", AOTI_SHIMS]
-    return digest(fork, read, ",".join(ops) + (HERE / "codegen_main.py").read_text())
+    return digest(
+        fork, list(CODEGEN_INPUTS), ",".join(ops) + (HERE / "codegen_main.py").read_text()
+    )
 
 
 def codegen(fork: Path, python: Path, cg: Path, ops: list[str], seeds: Iterable[Path] = ()) -> bool:

@@ -107,13 +107,28 @@ def install_loader(site_packages: Path, build_dir: Path, fork: Path) -> None:
 
 
 ANNOTATED_FN_ARGS = "torch/testing/_internal/generated/annotated_fn_args.py"
+# the stubs v2.6.0's gen_pyi writes, and what it reads besides the yaml files
+GENERATED_STUBS = (
+    "torch/_C/__init__.pyi", "torch/_C/_VariableFunctions.pyi", "torch/_C/_nn.pyi",
+    "torch/_VF.pyi", "torch/nn/functional.pyi", "torch/return_types.pyi",
+)  # fmt: skip
+PYI_INPUTS = (
+    "torch/_torch_docs.py", "torch/_tensor_docs.py", "tools/pyi/", "torch/_C/__init__.pyi.in",
+    "torch/_C/_VariableFunctions.pyi.in", "torch/_C/return_types.pyi.in",
+    "torch/_C/_nn.pyi.in", "torch/nn/functional.pyi.in",
+)  # fmt: skip
 
 
-def python_outputs(build_dir: Path) -> list[str]:
-    """The tree files _refresh_python_files writes from `build_dir` (paths in the tree):
-    the generated Python that mypy reads of a build."""
-    out = build_dir / "pyi" / "out"
-    return [ANNOTATED_FN_ARGS, *sorted(str(f.relative_to(out)) for f in out.rglob("*.pyi"))]
+def python_outputs() -> list[str]:
+    """The tree files a build's refresh writes (paths in the tree): the generated Python
+    that mypy reads."""
+    return [ANNOTATED_FN_ARGS, *GENERATED_STUBS]
+
+
+def restore_wheel_python_files(fork: Path, wheel: Path) -> int:
+    """The wheel's copies of python_outputs() back in the tree, the number changed: what the
+    codegen makes of v2.6.0's inputs (a build at a later commit may have refreshed them)."""
+    return sum(write_if_changed(fork / rel, (wheel / rel).read_bytes()) for rel in python_outputs())
 
 
 def _refresh_python_files(fork: Path, python: Path, build_dir: Path, cg: Path) -> int:
@@ -123,11 +138,7 @@ def _refresh_python_files(fork: Path, python: Path, build_dir: Path, cg: Path) -
     pyi = build_dir / "pyi"
     stamp = pyi / "stamp"
     # gen_pyi copies docstrings out of _torch_docs.py / _tensor_docs.py: rerun on doc edits
-    key = (cg / "stamp").read_text() + digest(
-        fork, ["torch/_torch_docs.py", "torch/_tensor_docs.py", "tools/pyi/",
-               "torch/_C/__init__.pyi.in", "torch/_C/_VariableFunctions.pyi.in",
-               "torch/_C/return_types.pyi.in", "torch/_C/_nn.pyi.in",
-               "torch/nn/functional.pyi.in"])  # fmt: skip
+    key = (cg / "stamp").read_text() + digest(fork, list(PYI_INPUTS))
     if not (stamp.exists() and stamp.read_text() == key):
         stamp.unlink(missing_ok=True)
         run([str(python), "-W", "ignore", "-m", "tools.pyi.gen_pyi",

@@ -806,6 +806,33 @@ class CodegenSeedTest(unittest.TestCase):
         self.assertEqual(len(ran), 1)
 
 
+class CodegenNeededTest(unittest.TestCase):
+    """A checkout that adds no op and changes nothing the generators read (PRs 1 and 2) runs
+    no codegen: its generated Python files are the wheel's own, put back in the tree."""
+
+    def test_only_new_ops_or_changed_generator_inputs_need_the_codegen(self):
+        docs_and_test = {"attn_gradient.md": "A", "test/test_attn_gradcheck.py": "A"}
+        self.assertFalse(overlay.codegen_needed([], docs_and_test))
+        self.assertTrue(overlay.codegen_needed(["attn"], docs_and_test))
+        for read in (changes.NATIVE_YAML, "tools/autograd/derivatives.yaml",
+                     "torch/_torch_docs.py", "tools/pyi/gen_pyi.py"):  # fmt: skip
+            self.assertTrue(overlay.codegen_needed([], {**docs_and_test, read: "M"}), read)
+
+    def test_the_wheels_generated_python_files_are_put_back(self):
+        tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, tmp)
+        fork, wheel = tmp / "pytorch", tmp / "wheel"
+        for rel in load.python_outputs():
+            for root, text in ((wheel, "v2.6.0"), (fork, "v2.6.0")):
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_text(f"{text} {rel}\n")
+        stub = fork / "torch/_C/_VariableFunctions.pyi"
+        stub.write_text("def attn(): ...\n")  # refreshed by a build at a later commit
+        self.assertEqual(load.restore_wheel_python_files(fork, wheel), 1)
+        self.assertEqual(stub.read_text(), "v2.6.0 torch/_C/_VariableFunctions.pyi\n")
+        self.assertEqual(load.restore_wheel_python_files(fork, wheel), 0)
+
+
 class NinjaProgressTest(unittest.TestCase):
     """The build names each translation unit as it finishes, counted against the run's total."""
 

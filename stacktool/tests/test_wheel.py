@@ -13,15 +13,15 @@ from stacktool.errors import StackError
 class RequirementsTest(unittest.TestCase):
     def test_metadata_to_pip_arguments_without_extras(self):
         with tempfile.TemporaryDirectory() as d:
-            info = Path(d) / "torch-2.6.0.dist-info"
-            info.mkdir()
-            (info / "METADATA").write_text(
-                "Name: torch\nRequires-Dist: filelock\n"
-                "Requires-Dist: typing-extensions (>=4.10.0)\n"
-                'Requires-Dist: triton (==3.2.0) ; platform_system == "Linux"\n'
-                "Requires-Dist: optree (>=0.13.0) ; extra == 'optree'\n"
-            )
-            self.assertEqual(wheel.requirements(Path(d)), [
+            path = Path(d) / "torch-2.6.0-cp311-cp311-manylinux1_x86_64.whl"
+            with zipfile.ZipFile(path, "w") as z:
+                z.writestr("torch/__init__.py", "")
+                z.writestr("torch-2.6.0.dist-info/METADATA", (
+                    "Name: torch\nRequires-Dist: filelock\n"
+                    "Requires-Dist: typing-extensions (>=4.10.0)\n"
+                    'Requires-Dist: triton (==3.2.0) ; platform_system == "Linux"\n'
+                    "Requires-Dist: optree (>=0.13.0) ; extra == 'optree'\n"))  # fmt: skip
+            self.assertEqual(wheel.requirements(path), [
                 "filelock", "typing-extensions >=4.10.0", 'triton ==3.2.0 ; platform_system == "Linux"'
             ])  # fmt: skip
 
