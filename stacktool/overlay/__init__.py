@@ -97,8 +97,8 @@ def build(
     instrumented library loads only under its runtime); `wheel`: the unpacked wheel, whose
     torch/include holds the headers of the upstream helper files it compiles
     (compile.SUPPORT_SOURCES), and whose generated Python files a checkout that adds no op
-    gets back instead of running the codegen (`codegen_needed`). Prints a one-line timing summary. StackError on anything
-    to act on.
+    gets back instead of running the codegen (`codegen_needed`). Prints a one-line timing
+    summary. StackError on anything to act on.
     """
     t0 = time.monotonic()
     fork, build_dir = fork.resolve(), build_dir.resolve()

@@ -146,8 +146,12 @@ def _refresh_python_files(fork: Path, python: Path, build_dir: Path, cg: Path) -
              "--deprecated-functions-path", "tools/autograd/deprecated.yaml",
              "--out", str(pyi / "out")], fork, "python -m tools.pyi.gen_pyi")  # fmt: skip
         stamp.write_text(key)
-    for f in sorted((pyi / "out").rglob("*.pyi")):
-        changed += write_if_changed(fork / f.relative_to(pyi / "out"), f.read_bytes())
+    out = pyi / "out"
+    written = sorted(str(f.relative_to(out)) for f in out.rglob("*.pyi"))
+    if written != sorted(GENERATED_STUBS):  # the lint tree and builds without codegen use those
+        raise StackError(f"gen_pyi wrote {written}, not the stubs load.GENERATED_STUBS names")
+    for rel in GENERATED_STUBS:
+        changed += write_if_changed(fork / rel, (out / rel).read_bytes())
     return changed
 
 

@@ -832,6 +832,28 @@ class CodegenNeededTest(unittest.TestCase):
         self.assertEqual(stub.read_text(), "v2.6.0 torch/_C/_VariableFunctions.pyi\n")
         self.assertEqual(load.restore_wheel_python_files(fork, wheel), 0)
 
+    def test_a_build_whose_stubs_are_not_the_listed_ones_is_refused(self):
+        """gen_pyi's output is checked against GENERATED_STUBS, the list the lint tree copies
+        and a build without codegen restores, at every build that refreshes the tree."""
+        tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, tmp)
+        fork, build_dir, cg = tmp / "pytorch", tmp / "build", tmp / "build" / "codegen"
+        fork.mkdir()
+        (cg / "full/gen" / load.ANNOTATED_FN_ARGS).parent.mkdir(parents=True)
+        (cg / "full/gen" / load.ANNOTATED_FN_ARGS).write_text("args\n")
+        (cg / "stamp").write_text("codegen")
+        (build_dir / "pyi").mkdir()
+        key = "codegen" + generate.digest(fork, list(load.PYI_INPUTS))
+        (build_dir / "pyi" / "stamp").write_text(key)  # gen_pyi's output current: not run
+        out = build_dir / "pyi" / "out"
+        for rel in load.GENERATED_STUBS:
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_text(rel)
+        self.assertEqual(load.refresh_tree(fork, Path("python"), build_dir, cg), 7)
+        (out / "torch/extra.pyi").write_text("")
+        with self.assertRaisesRegex(StackError, "torch/extra.pyi"):
+            load.refresh_tree(fork, Path("python"), build_dir, cg)
+
 
 class NinjaProgressTest(unittest.TestCase):
     """The build names each translation unit as it finishes, counted against the run's total."""
