@@ -25,14 +25,22 @@ def level_1(layout: Layout, log, tasks=()):
     return [*results, Result(f"{GRADIENT_DOC} at the root equals PR 1's", int(same), int(not same))]
 
 
+# run_test.py starts a pool of three spawned workers (each importing torch) and runs a file
+# that is on none of its serial lists twice, `-m serial` and then `-m "not serial"`, each pass
+# a Python of its own: PR 2's 50 tests took 98 s of CPU through it, 28 s in pytest (Zen 3).
+# PYTORCH_TEST_RUN_EVERYTHING_IN_SERIAL=1 (upstream's switch, run_test.py's must_serial) runs
+# the file in one pass (84 s): the gate's two workers are its parallelism.
+SERIAL = {"PYTORCH_TEST_RUN_EVERYTHING_IN_SERIAL": "1"}
+
+
 def gradcheck(layout: Layout) -> Task:
-    """PR 2's gradcheck test, through upstream's runner."""
+    """PR 2's gradcheck test, through upstream's runner (one pass, SERIAL)."""
     command = ["test/run_test.py", "-i", "test_attn_gradcheck"]
-    return suite_task(layout, "run_test.py -i test_attn_gradcheck", command)
+    return suite_task(layout, "run_test.py -i test_attn_gradcheck", command, SERIAL)
 
 
 def level_2(layout: Layout, log, tasks=()):
-    """PR 2's gradcheck test."""
+    """PR 2's gradcheck test, through upstream's runner."""
     return run_all(layout, [*tasks, gradcheck(layout)], log)
 
 
@@ -137,6 +145,9 @@ SLOW = {"PYTORCH_TEST_WITH_SLOW": "1"}  # CI's slow config: tests marked @slowTe
 # Suites that check only the public surface PR 3 adds and PR 4 keeps unchanged (names, docs,
 # fx/dynamo rules, schema parsing) run at level 4 alone, to keep the gate within CI's time.
 SUITES = (
+    Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py",
+          why="PR 2's file at the level's commit, its tests in the batch: its runner is level 2's "
+          "(see SERIAL)"),
     Suite("test_ops", "test/test_ops.py", "attn", levels=(3, 4, 6)),
     Suite("test_ops_gradients", "test/test_ops_gradients.py", "attn", levels=(3, 4, 6)),
     Suite("test_ops_fwd_gradients", "test/test_ops_fwd_gradients.py", "attn", levels=(3, 4, 6)),
@@ -266,8 +277,9 @@ SUITES = (
 def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Task]:
     """A Task per pytest process of `level`'s upstream suites (see batches; a per_capability
     suite once per tanh variant, see tanh_accuracy.variants, of the `runnable` capabilities).
-    Upstream's runner is proven at levels 2 to 4 by PR 2's file (gradcheck); run_test.py -i
-    test_ops -k attn ran the batch's 16 tests again (110 s, Zen 3): no longer run."""
+    Upstream's runner is proven at level 2 by PR 2's file (gradcheck), and by the README's
+    loop; run_test.py -i test_ops -k attn ran the batch's 16 tests again (110 s, Zen 3): no
+    longer run."""
     runs = []
     for suite in [suite for suite in SUITES if level in suite.levels]:
         if not suite.per_capability:
@@ -294,12 +306,12 @@ def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Ta
 
 def level_3(layout: Layout, log, tasks=()):
     """PR 3: torch.attn as a CompositeImplicitAutograd op, through upstream's suites."""
-    return run_all(layout, [*tasks, gradcheck(layout), *suite_tasks(layout, 3)], log)
+    return run_all(layout, [*tasks, *suite_tasks(layout, 3)], log)
 
 
 def level_4(layout: Layout, log, tasks=()):
     """PR 4: the explicit kernel and joint formula; level 3's suites, PR 4's, a bench smoke."""
-    checks = [*tasks, gradcheck(layout), bench_smoke(layout), *suite_tasks(layout, 4)]
+    checks = [*tasks, bench_smoke(layout), *suite_tasks(layout, 4)]
     return run_all(layout, checks, log)
 
 
@@ -357,7 +369,7 @@ LEVELS = {1: level_1, 2: level_2, 3: level_3, 4: level_4, 5: level_5, 6: level_6
 
 def run(level: int, layout: Layout, log, tasks: list[Task] = ()):
     """The results of `level`'s checks, `tasks` (the gate's lint of the level) run among
-    them; levels 3 and 4 also rerun PR 2's test at their commit."""
+    them; levels 3 and 4 also run PR 2's test at their commit (in their batch)."""
     if level not in LEVELS:
         return [*run_all(layout, list(tasks), log),
                 Result(f"tests for level {level}", failed=1, note="no tests defined for it")]  # fmt: skip

@@ -187,6 +187,26 @@ class SuiteTableTest(unittest.TestCase):
         self.assertIn("test_ops", names[0].split(" + "))  # attn's OpInfo suites: one process
         self.assertIn("inductor/test_torchinductor_opinfo", names)
 
+    def test_pr_2s_file_runs_through_run_test_once_at_level_2_and_in_the_batch_after(self):
+        layout, commands = Layout(Path("/x")), []
+
+        class Fake(suites.Processes):
+            def run(self, command, **kwargs):
+                commands.append((command, kwargs["env"]))
+                return subprocess.CompletedProcess(command, 0, "== 50 passed in 1.0s ==", "")
+
+        result, _ = levels.gradcheck(layout).run(Fake())
+        self.assertEqual((result.passed, result.failed), (50, 0))
+        ((command, env),) = commands
+        self.assertEqual(command[1:], ["test/run_test.py", "-i", "test_attn_gradcheck"])
+        self.assertEqual(env["PYTORCH_TEST_RUN_EVERYTHING_IN_SERIAL"], "1")
+        for level in (3, 4):
+            batch = levels.suite_tasks(layout, level)[0].name.split(" + ")
+            self.assertEqual(batch[:2], ["test_attn_gradcheck", "test_ops"])
+            with mock.patch.object(levels, "run_all", lambda layout, tasks, log: tasks):
+                ran = levels.LEVELS[level](layout, print)
+            self.assertNotIn(levels.gradcheck(layout).name, [t.name for t in ran])
+
     def test_level_6_runs_the_sanitizers_gate_subset_among_its_checks(self):
         ran = []
         with (
