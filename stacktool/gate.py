@@ -183,7 +183,7 @@ def checks(layout: Layout, log, build) -> int:
         proof = venv.prove_torch(gate, gate.fork / "test")
         log(f"level {level} ({commit[:12]}): {proof}")
         tree = lint_checkout(layout, gate, commit, log)
-        tasks = [lint.task(tree, f"{commit}~1", commit, f"level {level}: lint")]
+        tasks = lint.tasks(tree, f"{commit}~1", commit, f"level {level}: lint")
         if level == last:  # the README's loop beside the last level's checks
             tasks.append(loop.task(layout))
         for result in levels.run(level, gate, log, tasks):

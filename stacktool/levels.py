@@ -60,7 +60,8 @@ class Suite:
     `not_default` says why a suite skips DEFAULT (on a CPU with nothing but DEFAULT it runs
     there).
     A level's suites with the same `env` run in one pytest process (see batches), each
-    counted on its own line; `alone` says why a suite has a process of its own.
+    counted on its own line; `alone` says why a suite has a process of its own. `seconds`:
+    about how long its tests take in the gate (Zen 3; 0: a few seconds), see suite_tasks.
     """
 
     name: str
@@ -76,6 +77,7 @@ class Suite:
     alone: str = ""
     reruns: int = 0  # a failed test runs again up to this often, as run_test.py's --reruns=2 on CI
     not_default: str = ""  # why a per_capability suite skips DEFAULT where the CPU has AVX2
+    seconds: int = 0
 
     def command(self) -> list[str]:
         """The arguments to the venv's Python, run in pytorch/."""
@@ -145,10 +147,10 @@ SLOW = {"PYTORCH_TEST_WITH_SLOW": "1"}  # CI's slow config: tests marked @slowTe
 # Suites that check only the public surface PR 3 adds and PR 4 keeps unchanged (names, docs,
 # fx/dynamo rules, schema parsing) run at level 4 alone, to keep the gate within CI's time.
 SUITES = (
-    Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py",
+    Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", seconds=35,
           why="PR 2's file at the level's commit, its tests in the batch: its runner is level 2's "
           "(see SERIAL)"),
-    Suite("test_ops", "test/test_ops.py", "attn", levels=(3, 4, 6)),
+    Suite("test_ops", "test/test_ops.py", "attn", levels=(3, 4, 6), seconds=25),
     Suite("test_ops_gradients", "test/test_ops_gradients.py", "attn", levels=(3, 4, 6)),
     Suite("test_ops_fwd_gradients", "test/test_ops_fwd_gradients.py", "attn", levels=(3, 4, 6)),
     Suite("test_ops_jit", "test/test_ops_jit.py", "attn"),
@@ -156,17 +158,17 @@ SUITES = (
     Suite("test_proxy_tensor", "test/test_proxy_tensor.py", "attn"),
     Suite("test_schema_check", "test/test_schema_check.py", "attn"),
     Suite("test_decomp", "test/test_decomp.py", "attn or HasDecompTest", levels=(3, 4, 6),
-          why="HasDecompTest checks every op at once: `-k attn` misses it"),
+          seconds=40, why="HasDecompTest checks every op at once: `-k attn` misses it"),
     Suite("functorch/test_ops", "test/functorch/test_ops.py", "attn", levels=(3, 4, 6),
-          alone=LONG),
+          alone=LONG, seconds=175),
     Suite("functorch/test_vmap", "test/functorch/test_vmap.py", "attn", levels=(3, 4, 6)),
     Suite("functorch/test_aotdispatch", "test/functorch/test_aotdispatch.py", "attn",
-          levels=(3, 4, 6)),
+          levels=(3, 4, 6), seconds=15),
     Suite("functorch/test_vmap_registrations", "test/functorch/test_vmap_registrations.py",
-          why="whole file: at PR 4 attn leaves the decomposition list; `-k attn` selects nothing",
+          seconds=15, why="whole file: at PR 4 attn leaves the decomposition list; `-k attn` selects nothing",
           alone="its tests are made from the ops registered when it is collected: files "
           "collected before it register more"),
-    Suite("test_overrides", "test/test_overrides.py",
+    Suite("test_overrides", "test/test_overrides.py", seconds=15,
           deselect={"TestTorchFunctionWarning::test_warn_on_invalid_torch_function_tensor_subclass":
                     "upstream, order-dependent: its C++ warning fires once per process, so it "
                     "fails after ..._standalone_class, as on the unmodified wheel"},
@@ -175,7 +177,7 @@ SUITES = (
     Suite("test_namedtuple_return_api", "test/test_namedtuple_return_api.py",
           why="whole file: it checks every op's named-tuple returns at once"),
     Suite("test_public_bindings", "test/test_public_bindings.py", "test_correct_module_names",
-          why="public names (torch.attn; PR 4's torch.utils.flop_counter functions)"),
+          seconds=15, why="public names (torch.attn; PR 4's torch.utils.flop_counter functions)"),
     Suite("distributed/_tensor/test_dtensor_ops", "test/distributed/_tensor/test_dtensor_ops.py",
           "attn", why="DTensor's OpInfo test: at PR 4 attn needs a sharding strategy"),
     Suite("test_fx", "test/test_fx.py", "attn", levels=(4,)),
@@ -197,13 +199,13 @@ SUITES = (
     Suite("dynamo/test_trace_rules", "test/dynamo/test_trace_rules.py", levels=(4,),
           why="whole file: torch.attn in dynamo's rules; skip: one test upstream disabled"),
     Suite("test_ops (inductor)", "test/test_ops.py", "attn", levels=(4,), env=INDUCTOR,
-          why="CI's inductor config; skips: 3 CUDA-only, test_numpy_ref (PR 2's file checks it)"),
+          seconds=60, why="CI's inductor config; skips: 3 CUDA-only, test_numpy_ref (PR 2's file checks it)"),
     Suite("test_ops_gradients (inductor)", "test/test_ops_gradients.py", "attn", levels=(4,),
           env=INDUCTOR, why="CI's inductor config; skips: no in-place variant, gradgrad works"),
     Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
-          "attn", levels=(4, 6), alone=LONG),
+          "attn", levels=(4, 6), alone=LONG, seconds=155),
     Suite("distributed/_tensor/test_matrix_ops", "test/distributed/_tensor/test_matrix_ops.py",
-          "attn", levels=(4,), reruns=2,
+          "attn", levels=(4,), reruns=2, seconds=55,
           why="PR 4's DTensor strategies, forward and backward (gloo, CPU); reruns: one of its "
           "four gloo ranks hung once (its 300 s timeout) on a Zen 4, as upstream's CPU DTensor "
           "tests have",
@@ -216,7 +218,8 @@ SUITES = (
     # three check the machinery it goes through (generated nodes, their cache key, origins).
     Suite("inductor/test_compiled_autograd", "test/inductor/test_compiled_autograd.py",
           "TestCompiledAutograd and (test_basic or test_cache_hit or test_verbose_logs_graph)",
-          levels=(4,), why="a sample: generated C++ nodes, their cache key, their origins"),
+          levels=(4,), seconds=35,
+          why="a sample: generated C++ nodes, their cache key, their origins"),
     # PR 5 changes the CPU tanh kernel (tanh_stub): the tests that reach it, once per distinct
     # kernel (tanh_accuracy.variants): the DEFAULT build (v2.6.0's code), the AVX2 and AVX512
     # builds with PR 5's float kernel (ATEN_CPU_FLOAT_TANH=vectorized; BFloat16 and Half take
@@ -228,7 +231,7 @@ SUITES = (
     # 156 and 4 tests in these files all pass with ATEN_CPU_FLOAT_TANH=fast, which tanh_kernel
     # rejects at every call, whatever the dtype; Tanh's own tests fail with it).
     Suite("test_unary_ufuncs", "test/test_unary_ufuncs.py", "tanh and not atanh and not hardtanh",
-          levels=(5,), per_capability=True, vml="each", vml_only="float32",
+          levels=(5,), per_capability=True, vml="each", vml_only="float32", seconds=90,
           why="tanh, tanhshrink, tanh_, out=, the reference, PR 5's tests (both float kernels, in "
           "subprocesses); also =vml in each AVX build, its float32 tests (48 of 534): the "
           "variable changes float's branch only, the other dtypes run the same code as at "
@@ -237,7 +240,7 @@ SUITES = (
     # (Activation.cpp) and the quantized gelu and tanh call too (stacktool/overlay/vec_callers.py).
     Suite("test_ops", "test/test_ops.py",
           "(tanh or gelu or mish or attn) and not atanh and not hardtanh",
-          levels=(5,), per_capability=True,
+          levels=(5,), per_capability=True, seconds=75,
           why="OpInfo tests of tanh, tanhshrink, gelu, mish and attn (its tanh is tanh_stub); not "
           "=vml: it changes only float tanh's results, to DEFAULT's", not_default=V260),
     Suite("test_nn", "test/test_nn.py",
@@ -246,7 +249,7 @@ SUITES = (
           why="Tanh, GELU and Mish modules and the recurrent layers (tanh inside); not =vml: it "
           "changes only float tanh's results, to DEFAULT's", not_default=V260),
     Suite("inductor/test_cpu_repro", "test/inductor/test_cpu_repro.py", "tanh", levels=(5,),
-          per_capability=True,
+          per_capability=True, seconds=10,
           why="compiled tanh is eager's (PR 5's test_tanh_atan2, from #148241); not =vml: eager's "
           "float tanh is then VML's", not_default="inductor vectorizes no kernel at DEFAULT"),
     Suite("test_quantized_op", "test/quantization/core/test_quantized_op.py", "qgelu or qtanh",
@@ -264,7 +267,7 @@ SUITES = (
     # DTensor takes the same code as they, and as create_graph in PR 2's file) or now call it
     # (AOTAutograd's joint graph, DTensor's compiled too).
     Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", levels=(6,),
-          per_capability=True,
+          per_capability=True, seconds=35,
           why="TestAttnCPUKernel and every other attn test, per capability; not =vml: it "
           "changes only float tanh's results, to DEFAULT's"),
     Suite("distributed/_tensor/test_dtensor_compile",
@@ -272,6 +275,12 @@ SUITES = (
           why="compiled DTensor attn: its backward graph calls _attn_backward (PR 6's "
           "replicate strategy); a fake process group, one process"),
 )  # fmt: skip
+
+
+# A pytest process's start (torch, upstream's harness) and each file's collection in it,
+# about (Zen 3): with Suite.seconds, a Task's `seconds`, which suites.run_all starts longest
+# first (level 3's batch of 16 files, 161 s of tests, took 286 s).
+START, PER_FILE = 30, 5
 
 
 def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Task]:
@@ -296,11 +305,13 @@ def suite_tasks(layout: Layout, level: int, runnable: list[str] = ()) -> list[Ta
     tasks = []
     for group in batches(runs):
         names, group_suites, env = [n for n, _, _ in group], [s for _, s, _ in group], group[0][2]
+        seconds = START + sum(PER_FILE + suite.seconds for suite in group_suites)
         if len(group) == 1:
-            tasks.append(suite_task(layout, names[0], group_suites[0].command(), env))
+            tasks.append(suite_task(layout, names[0], group_suites[0].command(), env, seconds))
         else:
             paths = [suite.path for suite in group_suites]
-            tasks.append(batch_task(layout, names, paths, batch_command(group_suites), env))
+            tasks.append(batch_task(layout, names, paths, batch_command(group_suites), env,
+                                    seconds))  # fmt: skip
     return tasks
 
 
@@ -338,7 +349,7 @@ def bench_smoke(layout: Layout) -> Task:
             proc.stdout + proc.stderr
         )
 
-    return Task("./stack bench --quick runs", run)
+    return Task("./stack bench --quick runs", run, seconds=70)  # 51-70 s in the gate
 
 
 def level_6(layout: Layout, log, tasks=()):

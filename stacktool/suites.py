@@ -62,18 +62,25 @@ def pytest_counts(output: str) -> tuple[int, int, int]:
 KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "ATEN_CPU_FLOAT_TANH")
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # set per tree and capability, see suite_env
 WORKERS = max(1, min(2, os.cpu_count() or 1))  # suites at a time: two, as on CI's 2-core jobs
+# Two suites at a time, each torch with a thread per core: an OpenMP thread that waits for
+# work sleeps instead of spinning, so that it does not hold the core the other process (or
+# the next level's compile) needs. What the kernels compute, and on how many threads, is the
+# same. Level 5's test_unary_ufuncs and test_ops tanh selections side by side took 109-119 s
+# with it, 125-131 s without (Zen 3, 2 cores); each alone, 96-100 s either way.
+QUIET_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def suite_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without CI (nor KERNEL_CHOICE), with what the venv's Python
-    needs to import `layout`'s torch and `extra` set, and torch.compile's cache of its own
-    for the tree and ATEN_CPU_CAPABILITY (Layout.inductor_cache), never the shell's.
+    """This process's environment without CI (nor KERNEL_CHOICE), with QUIET_THREADS, what
+    the venv's Python needs to import `layout`'s torch and `extra` set, and torch.compile's
+    cache of its own for the tree and ATEN_CPU_CAPABILITY (Layout.inductor_cache), never the
+    shell's.
 
     Without CI set, upstream's runners print their results instead of writing them to report
     files, and do not try to download CI's lists of slow and disabled tests.
     """
     env = {k: v for k, v in os.environ.items() if k != "CI" and k not in KERNEL_CHOICE}
-    env.update({**layout.python_env, **(extra or {})})
+    env.update({**QUIET_THREADS, **layout.python_env, **(extra or {})})
     cache = layout.inductor_cache(env.get("ATEN_CPU_CAPABILITY"))
     return {**env, INDUCTOR_CACHE: str(cache)}
 
@@ -123,10 +130,13 @@ class Processes:
 class Task:
     """A check run_all runs in a worker thread: `run` starts its processes through the given
     Processes and returns (its result, or a list of them, and the output to show if one
-    failed). It prints nothing: `show` does, in the main thread, when it ends."""
+    failed). It prints nothing: `show` does, in the main thread, when it ends. `seconds`:
+    about how long it takes in the gate (0: short), for run_all to start the longest first.
+    """
 
     name: str
     run: Callable[[Processes], tuple[Result | list[Result], str]]
+    seconds: float = 0
 
 
 def execute(
@@ -177,9 +187,9 @@ def run_suite(layout: Layout, name: str, command: list[str], log, env=None) -> R
     return show(layout, *execute(layout, name, command, env), log)
 
 
-def suite_task(layout: Layout, name: str, command: list[str], env=None) -> Task:
+def suite_task(layout: Layout, name: str, command: list[str], env=None, seconds=0) -> Task:
     """The Task of one suite (see execute), for run_all."""
-    return Task(name, lambda processes: execute(layout, name, command, env, processes))
+    return Task(name, lambda processes: execute(layout, name, command, env, processes), seconds)
 
 
 def junit_counts(report: str, paths: list[str]) -> dict[str, tuple[int, int, int, float]]:
@@ -228,22 +238,25 @@ def execute_batch(
 
 
 def batch_task(
-    layout: Layout, names: list[str], paths: list[str], command: list[str], env=None
+    layout: Layout, names: list[str], paths: list[str], command: list[str], env=None, seconds=0
 ) -> Task:
     """The Task of several suites in one process (see execute_batch), for run_all."""
     return Task(" + ".join(names),
-                lambda processes: execute_batch(layout, names, paths, command, env, processes))  # fmt: skip
+                lambda processes: execute_batch(layout, names, paths, command, env, processes),
+                seconds)  # fmt: skip
 
 
 def run_all(layout: Layout, tasks: list[Task], log, workers: int = WORKERS) -> list[Result]:
-    """Run `tasks` `workers` at a time, each shown (see show) as it ends; their results in
-    the order of `tasks` (a batch's in its order). A task that raises is a failed check with
-    its traceback."""
+    """Run `tasks` `workers` at a time, the longest first (Task.seconds; as given where
+    equal), so that the workers end close together; each shown (see show) as it ends; their
+    results in the order of `tasks` (a batch's in its order). A task that raises is a failed
+    check with its traceback."""
     processes = Processes()
     results: list[Result | list[Result] | None] = [None] * len(tasks)
     pool = ThreadPoolExecutor(max_workers=workers)
+    longest_first = sorted(range(len(tasks)), key=lambda n: -tasks[n].seconds)
     try:
-        futures = {pool.submit(task.run, processes): n for n, task in enumerate(tasks)}
+        futures = {pool.submit(tasks[n].run, processes): n for n in longest_first}
         for future in as_completed(futures):
             n = futures[future]
             try:

@@ -98,10 +98,11 @@ def name(capability: str, kernel: str | None) -> str:
 
 
 def tasks(layout: Layout, runnable: list[str], found: dict) -> list[Task]:
-    """One Task per variant this CPU runs (suites.run_all runs them); each puts what its
-    worker found in `found[(capability, kernel)]`, for `switched`."""
+    """One Task per variant this CPU runs (suites.run_all runs them; 69-111 s each in the
+    gate, Zen 3); each puts what its worker found in `found[(capability, kernel)]`, for
+    `switched`."""
     return [Task(name(cap, kernel), lambda processes, cap=cap, kernel=kernel:
-                 check_variant(layout, cap, kernel, found, processes, threads=1))
+                 check_variant(layout, cap, kernel, found, processes, threads=1), seconds=90)
             for cap, kernel in variants(runnable)]  # fmt: skip
 
 

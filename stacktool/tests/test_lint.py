@@ -11,6 +11,7 @@ from unittest import mock
 
 from stacktool import config, lint
 from stacktool.git import git
+from stacktool.suites import Processes
 
 IDENTITY = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid"}
 
@@ -103,6 +104,27 @@ class LintTest(unittest.TestCase):
             result, logged, out, calls = self.lint(self.layout, "HEAD~1", "HEAD")
         self.assertEqual((result.passed, result.failed), (1, 0))
         self.assertEqual(logged[-1], "lint: no findings in 1 files")
+
+    def test_the_gates_two_tasks_share_the_linters_and_each_counts_its_own(self):
+        """FLAKE8 apart (bad.py's findings are its own), every other linter and the checks
+        of added files in the other; each started once, over the same files."""
+        (self.fork / "bad.py").write_text("z\n")
+        (self.fork / "kernel.cpp").write_text("int f();  // unformatted\n")
+        self.commit("level 2")
+        tasks = lint.tasks(self.layout, "HEAD~1", "HEAD", "level 2: lint")
+        self.assertEqual([(t.name, t.seconds) for t in tasks],
+                         [("level 2: lint (FLAKE8)", 60), ("level 2: lint", 90)])  # fmt: skip
+        (flake8, flake8_out), (rest, rest_out) = (t.run(Processes()) for t in tasks)
+        calls = [json.loads(line) for line in self.calls.read_text().splitlines()]
+        self.assertEqual(sorted(linter for linter, _ in calls), sorted(lint.LINTERS))
+        self.assertEqual({tuple(paths) for _, paths in calls}, {("bad.py", "kernel.cpp")})
+        self.assertEqual((flake8.name, flake8.failed), ("level 2: lint (FLAKE8)", 1))
+        self.assertIn("FLAKE8 bad.py:2: E1: bad", flake8_out)
+        self.assertNotIn("CLANGFORMAT", flake8_out)
+        self.assertEqual((rest.name, rest.failed), ("level 2: lint", 1))
+        self.assertIn("CLANGFORMAT kernel.cpp: not clang-formatted", rest_out)
+        self.assertIn("NEWLINE: lintrunner failed: boom", rest_out)
+        self.assertNotIn("FLAKE8 bad.py", rest_out)
 
     def test_the_daemon_warmed_with_upstreams_config_and_torch_init(self):
         """status fails (none runs): started with mypy.ini, then checks torch/__init__.py in

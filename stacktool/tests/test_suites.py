@@ -207,6 +207,18 @@ class SuiteTableTest(unittest.TestCase):
                 ran = levels.LEVELS[level](layout, print)
             self.assertNotIn(levels.gradcheck(layout).name, [t.name for t in ran])
 
+    def test_a_levels_long_processes_start_first(self):
+        """run_all starts the longest first: at level 4 the batch, functorch/test_ops and the
+        inductor OpInfo test, each a few minutes, before the suites of seconds."""
+        for level in (3, 4):
+            tasks = levels.suite_tasks(Layout(Path("/x")), level)
+            order = [t.name for t in sorted(tasks, key=lambda t: -t.seconds)]
+            self.assertTrue(order[0].startswith("test_attn_gradcheck + test_ops + "), order)
+            self.assertEqual(order[1], "functorch/test_ops")
+        order = [t.name for t in sorted(tasks, key=lambda t: -t.seconds)]
+        self.assertEqual(order[2], "inductor/test_torchinductor_opinfo")
+        self.assertEqual(order[-1], "test_jit_fuser_te (slow)")
+
     def test_level_6_runs_the_sanitizers_gate_subset_among_its_checks(self):
         ran = []
         with (
@@ -420,6 +432,10 @@ class RunSuiteTest(unittest.TestCase):
                                  Path("/x/build/inductor-cache/level-6/avx2-wheel"),
                                  Path("/x/build/inductor-cache/pytorch/native-wheel")])  # fmt: skip
 
+    def test_suite_env_has_waiting_openmp_threads_sleep(self):
+        with mock.patch.dict(os.environ, {"OMP_WAIT_POLICY": "ACTIVE"}):
+            self.assertEqual(suite_env(Layout(Path("/x")))["OMP_WAIT_POLICY"], "PASSIVE")
+
     def test_suite_env_leaves_os_environ_alone(self):
         with mock.patch.dict(os.environ, {"CI": "1"}):
             env = suite_env(Layout(Path("/x")), {"PYTORCH_TEST_WITH_INDUCTOR": "1"})
@@ -480,6 +496,18 @@ class RunAllTest(unittest.TestCase):
         self.assertEqual([r.name for r in results], ["first", "second"])
         self.assertEqual([line.split(":")[0] for line in lines], ["second", "first"])
         self.assertEqual(lines[1], "first: 1 passed, 0 failed, 0 skipped ()")
+
+    def test_the_longest_start_first_and_results_keep_the_tasks_order(self):
+        started = []
+
+        def task(name, seconds):
+            return Task(name, lambda processes: (started.append(name), (Result(name), ""))[1],
+                        seconds)  # fmt: skip
+
+        tasks = [task("short", 0), task("long", 200), task("also short", 0), task("mid", 90)]
+        results, _, _ = self.run_all(tasks, workers=1)
+        self.assertEqual(started, ["long", "mid", "short", "also short"])
+        self.assertEqual([r.name for r in results], ["short", "long", "also short", "mid"])
 
     def test_a_failure_shows_its_own_output_whole_and_the_others_go_on(self):
         def failing(processes):
