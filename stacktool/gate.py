@@ -12,6 +12,7 @@ whatever happens to the run. It ends with a plain `N passed, M failed` line and 
 non-zero on any failure; however it ends, it stops the mypy daemons lint started in its trees.
 """
 
+import os
 import shutil
 import sys
 import tempfile
@@ -124,14 +125,15 @@ def check_out(tree: Path, commit: str) -> None:
 
 def each_level(layout: Layout, log, build, only: int | None = None):
     """(level, commit, gate layout) for each PR (or PR `only`), checked out and built in its
-    own worktree of the gate; the next level's build runs while the caller checks this one
-    (its compiles fill the cores that a level's last checks leave idle)."""
+    own worktree of the gate; the next level's build runs while the caller checks this one,
+    at a lower priority (yield_to_checks): its compiles fill the cores the checks leave idle."""
     commits = patches.stack_commits(layout.fork)
     if only is not None and not 1 <= only <= len(commits):
         raise StackError(f"no level {only}: the stack has levels 1 to {len(commits)}")
     chosen = [(n, commit) for n, commit in enumerate(commits, start=1) if only in (None, n)]
 
     def prepare(level: int, commit: str) -> Layout:
+        yield_to_checks()
         gate = gate_tree(layout, level, log)
         check_out(gate.fork, commit)
         build(gate)
@@ -144,6 +146,24 @@ def each_level(layout: Layout, log, build, only: int | None = None):
             if index + 1 < len(chosen):
                 built.append(builder.submit(prepare, *chosen[index + 1]))
             yield level, commit, gate
+
+
+# The next level's build runs at this niceness beside a level's checks: its compiles take
+# what the checks leave, and the checks keep their cores. A check whose two OpenMP threads
+# must run at once suffers most from a neighbour as busy: level 3's functorch/test_ops
+# test_vmapjvpvjp_attn took 107 s alone, 220-233 s beside two busy processes, 120 s beside
+# the same at nice 10 (Zen 3, 2 cores); in the gate, 426 s beside level 4's build once.
+BUILD_NICENESS = 10
+
+
+def yield_to_checks() -> None:
+    """Lower the calling thread's priority to BUILD_NICENESS (never raise it), and so that of
+    the processes it starts (Linux: the nice value is a thread's, and a child takes its
+    parent thread's)."""
+    if sys.platform == "linux":
+        thread = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, max(now, BUILD_NICENESS))
 
 
 def run(layout: Layout, log, build) -> int:

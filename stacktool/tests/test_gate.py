@@ -1,6 +1,9 @@
 """The gate works in a worktree of its own and never moves pytorch/ (tiny git repos)."""
 
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -127,9 +130,15 @@ class GateTreeTest(unittest.TestCase):
         self.assertFalse((self.root / "build").exists())  # nothing was made
 
     def test_the_next_levels_build_runs_while_a_level_is_checked(self):
+        """...at BUILD_NICENESS, the processes it starts too; the checks keep theirs."""
         second_built = threading.Event()
+        niceness = []
+        own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
         def build(layout):
+            child = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"],
+                                   capture_output=True, text=True, check=True)  # fmt: skip
+            niceness.append(int(child.stdout))
             if layout.fork.parent.name == "level-2":
                 second_built.set()
 
@@ -142,6 +151,9 @@ class GateTreeTest(unittest.TestCase):
             self.assertEqual(next(levels)[0], 1)
             self.assertTrue(second_built.wait(30))  # while level 1 is being checked
             self.assertEqual([level for level, _, _ in levels], [2])
+        expected = max(own, gate.BUILD_NICENESS) if sys.platform == "linux" else own
+        self.assertEqual(niceness, [expected, expected])
+        self.assertEqual(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), own)
 
     def test_lint_tree_takes_each_level_with_its_builds_stubs(self):
         """One lint worktree, checked out at each level's commit, with the Python files the
