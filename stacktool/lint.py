@@ -177,8 +177,9 @@ def stop_daemon(layout: Layout, tree: Path) -> bool:
 
 # The gate lints a level in two Tasks, FLAKE8 and the rest, so that its two workers share
 # the lint: at level 3, FLAKE8 took 89 of the lint's 97 s alone (75 s for flake8 over
-# common_methods_invocations.py, with upstream's plugins), and MYPY's check after the level's
-# new stubs 153 s in the gate (Zen 3). Their `seconds`, for suites.run_all's order.
+# common_methods_invocations.py, with upstream's plugins), and the other linters 73 s beside
+# it, the mypy daemon warm; in clean-clone gate runs, 56-187 s (Zen 3). Their `seconds`,
+# for suites.run_all's order.
 APART = {("FLAKE8",): 60, tuple(linter for linter in LINTERS if linter != "FLAKE8"): 90}
 
 
