@@ -257,11 +257,18 @@ def lint_tree(layout: Layout, log, changed: bool) -> int:
     return report([lint.run(layout, base, None, f"lint pytorch/ ({base} to working tree)", log)])
 
 
+FAILED_TAIL = 12  # lines of each failed check's log repeated below the table
+
+
 def report(results: list[Result]) -> int:
     width = max(len(r.name) for r in results)
     print(f"\n{'check':<{width}}  passed  failed  skipped  note")
     for r in results:
         print(f"{r.name:<{width}}  {r.passed:>6}  {r.failed:>6}  {r.skipped:>7}  {r.note}")
+    for r in results:  # below the table: where a page of the run's last lines shows it
+        if r.failed and r.log and r.log.exists():
+            tail = r.log.read_text(errors="replace").splitlines()[-FAILED_TAIL:]
+            print(f"\n{r.name} failed; the end of its log:\n" + "\n".join(tail))
     failing = sorted({r.name.split(":")[0] for r in results if r.failed})
     if failing:
         print("failing: " + ", ".join(failing))

@@ -93,10 +93,11 @@ def files(fork: Path, base: str, tip: str | None) -> list[str]:
 
 def run(
     layout: Layout, base: str, tip: str | None, name: str, log, say=print, start=subprocess.run,
-    linters: tuple[str, ...] | None = None,
+    linters: tuple[str, ...] | None = None, runs: Path | None = None,
 ) -> Result:  # fmt: skip
     """Each of `linters` (LINTERS by default) over the files changed from `base` to `tip`
     (None: the working tree); with MYPY, TESTOWNERS and the added C++ files' clang-format.
+    `runs`: lintrunner's data directory (XDG_DATA_HOME; see tasks), the user's if None.
 
     One lintrunner run per linter, each logged as it starts. MYPY (a dmypy daemon, as
     upstream runs it) reads the fork's generated .pyi stubs, so it needs the checkout's
@@ -108,6 +109,8 @@ def run(
     lint_venv = ensure(layout)
     paths = files(layout.fork, base, tip)
     env = {**os.environ, "PATH": f"{lint_venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    if runs:
+        env["XDG_DATA_HOME"] = str(runs)
     messages, failures, extra = [], [], []
     if "MYPY" in linters and any(path.endswith((".py", ".pyi")) for path in paths):
         start_daemon(layout.fork, lint_venv, env, start)
@@ -186,15 +189,21 @@ APART = {("FLAKE8",): 60, tuple(linter for linter in LINTERS if linter != "FLAKE
 def tasks(layout: Layout, base: str, tip: str | None, name: str) -> list[Task]:
     """`run` as Tasks for suites.run_all, a linter group (APART) each, named `name` and
     `name` (FLAKE8): what one would print is the output shown if it fails, and its
-    processes are the run's (stopped with it)."""
+    processes are the run's (stopped with it).
+
+    Each group keeps lintrunner's run records in a data directory of its own beside the
+    tree: lintrunner prunes a config's records to 10 as it starts, so two started at once
+    over one store both delete the oldest, and one fails "No such file or directory (os
+    error 2)" (3 of 80 paired starts by hand)."""
 
     def task(linters: tuple[str, ...], seconds: int) -> Task:
         named = f"{name} (FLAKE8)" if linters == ("FLAKE8",) else name
+        runs = layout.fork.parent / ("lintrunner-flake8" if "FLAKE8" in linters else "lintrunner")
 
         def lint(processes: Processes) -> tuple[Result, str]:
             lines: list[str] = []
             result = run(layout, base, tip, named, lines.append, lines.append, processes.run,
-                         linters)  # fmt: skip
+                         linters, runs)  # fmt: skip
             return result, "\n".join(lines)
 
         return Task(named, lint, seconds)

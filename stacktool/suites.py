@@ -38,6 +38,7 @@ class Result:
     failed: int = 0
     skipped: int = 0
     note: str = ""
+    log: Path | None = None  # a failed check's whole output (see show)
 
 
 def pytest_counts(output: str) -> tuple[int, int, int]:
@@ -177,6 +178,7 @@ def show(layout: Layout, result: Result | list[Result], output: str, log) -> Res
         print(output[-6000:])
         for r in failed:
             r.note += f"; log: {log_path}"
+            r.log = log_path
     for r in results:
         log(f"{r.name}: {r.passed} passed, {r.failed} failed, {r.skipped} skipped ({r.note})")
     return result

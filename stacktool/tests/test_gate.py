@@ -263,5 +263,26 @@ class StopDaemonsTest(unittest.TestCase):
         self.assertEqual(self.stopped(), ["warmed", *self.expected()])
 
 
+class ReportTest(unittest.TestCase):
+    def test_a_failed_checks_log_ends_below_the_table(self):
+        """CI shows a run's last lines: each failed check's last lines come after the table,
+        before the failing levels and the counts."""
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "lint.log"
+            log.write_text("".join(f"line {n}\n" for n in range(20)) + "error: os error 2\n")
+            results = [gate.Result("level 1: lint", failed=1, log=log),
+                       gate.Result("level 1: doc", passed=1),
+                       gate.Result("level 2: x", failed=1, note="no log")]  # fmt: skip
+            with mock.patch("builtins.print") as printed:
+                self.assertEqual(gate.report(results), 1)
+        out = "\n".join(str(call.args[0]) for call in printed.call_args_list).splitlines()
+        tail = out.index("level 1: lint failed; the end of its log:")
+        self.assertGreater(tail, max(n for n, line in enumerate(out) if "level 1: doc" in line))
+        self.assertEqual(out[tail + 1 : tail + 1 + gate.FAILED_TAIL][-2:],
+                         ["line 19", "error: os error 2"])  # fmt: skip
+        self.assertNotIn("line 8", out)
+        self.assertEqual(out[-2:], ["failing: level 1, level 2", "1 passed, 2 failed"])
+
+
 if __name__ == "__main__":
     unittest.main()

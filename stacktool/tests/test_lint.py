@@ -19,9 +19,10 @@ IDENTITY = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid"}
 # in other.py for the FLAKE8 run, one in a file not linted for MYPY, fails for NEWLINE,
 # and warns as lintrunner does before `lintrunner init`.
 LINTRUNNER = """#!/usr/bin/env python3
-import json, sys
+import json, os, sys
 linter, paths = sys.argv[2], sys.argv[5:]
 open({calls!r}, "a").write(json.dumps([linter, paths]) + "\\n")
+open({calls!r} + ".data", "a").write(linter + " " + os.environ.get("XDG_DATA_HOME", "-") + "\\n")
 print("WARNING: No previous init data found. You should run `lintrunner init`.", file=sys.stderr)
 found = [(path, line) for path, line in (("bad.py", 1), ("bad.py", 2), ("other.py", 1))
          if path in paths and linter == "FLAKE8"]
@@ -125,6 +126,12 @@ class LintTest(unittest.TestCase):
         self.assertIn("CLANGFORMAT kernel.cpp: not clang-formatted", rest_out)
         self.assertIn("NEWLINE: lintrunner failed: boom", rest_out)
         self.assertNotIn("FLAKE8 bad.py", rest_out)
+        stores = dict(line.split(" ", 1) for line in Path(f"{self.calls}.data").read_text()
+                      .splitlines())  # fmt: skip
+        self.assertNotEqual(stores["FLAKE8"], stores["RUFF"])  # each prunes its own records
+        self.assertEqual({stores[linter] for linter in lint.LINTERS if linter != "FLAKE8"},
+                         {stores["RUFF"]})  # fmt: skip
+        self.assertTrue(stores["FLAKE8"].startswith(str(self.root)))
 
     def test_the_daemon_warmed_with_upstreams_config_and_torch_init(self):
         """status fails (none runs): started with mypy.ini, then checks torch/__init__.py in
