@@ -11,7 +11,8 @@ import shutil
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from stacktool import (
@@ -101,8 +102,18 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
         log(f"upstream source: {source.name} (sha256 verified)")
     wheel_file = wheel.fetch(layout.cache)
     requirements = wheel.requirements(wheel_file) + list(config.TEST_REQUIREMENTS)
-    with ThreadPoolExecutor(1) as beside:  # pip's install while the wheel and fork are unpacked
-        installed = beside.submit(venv.ensure, layout.venv, requirements)
+    for_build: Future = Future()
+
+    def install() -> bool:  # the build's few packages, then the rest (one pip at a time)
+        try:
+            for_build.set_result(venv.ensure(layout.venv, list(config.BUILD_REQUIREMENTS)))
+        except BaseException as e:
+            for_build.set_exception(e)
+            raise
+        return venv.ensure(layout.venv, requirements)
+
+    with ThreadPoolExecutor(1) as beside:  # pip while the wheel and fork are unpacked, built
+        installed = beside.submit(install)
         unpacked, repaired = wheel.unpack(wheel_file, layout.cache)
         log(f"wheel: {unpacked.name} (sha256 verified; unpacked files checked against its RECORD)")
         if repaired:
@@ -114,36 +125,39 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
             fork.materialize(source, layout.patches, new)
             log(f"materialized: {len(patches.stack_commits(new))} patch(es) applied")
             log(f"linked {wheel.link(unpacked, new)} files of the wheel")
-        if installed.result():  # its failure ends setup here, pytorch/ as it was
+        for_build.result()  # its failure ends setup here, pytorch/ as it was
+        venv.write_pth(layout)
+        if state != "current":
+            aside = fork.replace(layout.fork, new, move_aside)
+            if aside is not None:
+                log(f"the previous tree is kept whole as {aside} (its commits, edits and "
+                    f"ignored files): take what you need, then rm -rf {aside.name}")  # fmt: skip
+        log(f"compiler cache: {ccache.ensure()} "
+            f"(cache in {layout.ccache.relative_to(layout.root)})")  # fmt: skip
+        with ThreadPoolExecutor(1) as linting:  # the linters' pip install during the compiles
+            linters = linting.submit(lint.ensure, layout)
+            build(layout, ready=installed.result)  # torch's import waits for the venv
+            linters.result()
+        if installed.result():
             log("venv: requirements installed")
-    venv.write_pth(layout)
-    if state != "current":
-        aside = fork.replace(layout.fork, new, move_aside)
-        if aside is not None:
-            log(f"the previous tree is kept whole as {aside} (its commits, edits and ignored "
-                f"files): take what you need, then rm -rf {aside.name}")  # fmt: skip
-    log(f"compiler cache: {ccache.ensure()} (cache in {layout.ccache.relative_to(layout.root)})")
-    with ThreadPoolExecutor(1) as beside:  # the linters' pip install (I/O) during the compiles
-        linters = beside.submit(lint.ensure, layout)
-        build(layout)
-        linters.result()
     log("lint venv: upstream's pinned linters ready")
     log(venv.prove_torch(layout, Path("/")))
 
 
-def build(layout: config.Layout) -> None:
+def build(layout: config.Layout, ready: Callable[[], object] = lambda: None) -> None:
     """The overlay build of what the layout's fork has checked out, and the venv's hook.
 
     The hook loads build/overlay (pytorch/'s build); the gate's worktree build is named to it
     by the environment (`Layout.python_env`), never installed. Every build compiles through
     the project's one ccache (build/ccache) and takes another build's codegen output when
-    that was made from the same inputs (`Layout.builds`).
+    that was made from the same inputs (`Layout.builds`). `ready` is called before torch
+    is imported (setup's: the venv's pip install finished).
     """
     own = config.Layout(layout.root)
     overlay.install_loader(layout.site_packages, own.overlay, own.fork)
     overlay.build(layout.fork, layout.python, layout.overlay, jobs=os.cpu_count() or 1,
                   cache_dir=layout.ccache, seeds=tuple(layout.builds()),
-                  wheel=layout.wheel_tree)  # fmt: skip
+                  wheel=layout.wheel_tree, ready=ready)  # fmt: skip
 
 
 def export(layout: config.Layout, check: bool) -> int:

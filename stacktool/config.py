@@ -42,6 +42,9 @@ TEST_REQUIREMENTS = (
     # built with MKL 2024.2, whose VML functions libtorch_cpu exports).
     "mkl-include==2024.2.0",
 )
+# What the overlay build needs of those before its import check (torchgen's and gen_pyi's
+# imports, ninja, mkl.h): installed first, so that setup builds while pip installs the rest.
+BUILD_REQUIREMENTS = ("pyyaml", "typing_extensions", "ninja", "mkl-include==2024.2.0")
 
 # The pristine commit is made with a fixed identity and date so its id is the same everywhere.
 PRISTINE_IDENTITY = {

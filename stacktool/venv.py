@@ -4,6 +4,7 @@ torch is not installed into it: a .pth file puts pytorch/ on sys.path, so `impor
 from any directory loads the fork (as upstream's tools/nightly.py arranges it).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,11 +34,15 @@ def base_python() -> str:
 
 
 def ensure(path: Path, requirements: list[str]) -> bool:
-    """Create a venv at `path` with `requirements` unless already so; True if it did work."""
+    """Create a venv at `path` with `requirements` unless it has them (its INSTALLED record
+    lists every one); True if it did work. The record keeps what earlier calls installed."""
     python = path / "bin" / "python"
     marker = path / INSTALLED
-    wanted = json.dumps(sorted(requirements), indent=1)
-    if python.exists() and marker.exists() and marker.read_text() == wanted:
+    had: list[str] = []
+    if python.exists() and marker.exists():
+        with contextlib.suppress(ValueError):
+            had = json.loads(marker.read_text())
+    if set(requirements) <= set(had):
         return False
     if not python.exists():
         run([base_python(), "-m", "venv", str(path)], f"creating {path}")
@@ -46,7 +51,7 @@ def ensure(path: Path, requirements: list[str]) -> bool:
          *requirements],
         f"installing requirements into {path}",
     )  # fmt: skip
-    marker.write_text(wanted)
+    marker.write_text(json.dumps(sorted({*had, *requirements}), indent=1))
     return True
 
 

@@ -56,6 +56,7 @@ The modules, in the order the data flows through `build`:
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from stacktool import ccache
@@ -85,6 +86,7 @@ def build(
     seeds: tuple[Path, ...] = (),
     variant: compile.Variant | None = None,
     wheel: Path | None = None,
+    ready: Callable[[], object] = lambda: None,
 ) -> None:
     """Overlay-build the stack checked out in `fork` into `build_dir` (see module doc).
 
@@ -97,7 +99,8 @@ def build(
     instrumented library loads only under its runtime); `wheel`: the unpacked wheel, whose
     torch/include holds the headers of the upstream helper files it compiles
     (compile.SUPPORT_SOURCES), and whose generated Python files a checkout that adds no op
-    gets back instead of running the codegen (`codegen_needed`). Prints a one-line timing
+    gets back instead of running the codegen (`codegen_needed`); `ready`: called before the
+    import check (setup's pip install of the rest of the venv). Prints a one-line timing
     summary. StackError on anything to act on.
     """
     t0 = time.monotonic()
@@ -184,6 +187,7 @@ def build(
         # how it loads: the manifest, checked by importing torch
         changed_manifest = load.write_manifest(fork, build_dir, ops, ext_suffix)
         if variant is None and (steps or changed_manifest):
+            ready()
             load.verify(python, fork, build_dir, ops)
             compiled += ", import checked"
         summary += f" ({', '.join(ops)})"
