@@ -5,6 +5,7 @@ A level's checks (and the gate's `tasks` for it, its lint) run two at a time
 run among them (its numbers are not judged).
 """
 
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,7 +13,15 @@ from pathlib import Path
 from stacktool import reduced_bits, sanitize, tanh_accuracy, tanh_model
 from stacktool.config import Layout
 from stacktool.patches import GRADIENT_DOC
-from stacktool.suites import Processes, Result, Task, batch_task, run_all, suite_task
+from stacktool.suites import (
+    QUIET_THREADS,
+    Processes,
+    Result,
+    Task,
+    batch_task,
+    run_all,
+    suite_task,
+)
 
 
 def level_1(layout: Layout, log, tasks=()):
@@ -341,12 +350,13 @@ sys.exit(bench.run(Layout(root, tree, overlay), out, quick=True))
 
 def bench_smoke(layout: Layout) -> Task:
     """`./stack bench --quick` (bench.run, in a process of its own, under this Python) as a
-    Task: the benchmark runs. Its numbers are not judged here, so it runs beside the suites."""
+    Task: the benchmark runs. Its numbers are not judged here, so it runs beside the suites,
+    its workers' idle OpenMP threads asleep as theirs (suites.QUIET_THREADS)."""
     paths = [layout.root, layout.tree or "", layout.overlay_dir or "", layout.build / "bench-smoke"]
 
     def run(processes: Processes) -> tuple[Result, str]:
         command = [sys.executable, "-c", SMOKE, *map(str, paths)]
-        proc = processes.run(command, cwd=layout.root)
+        proc = processes.run(command, cwd=layout.root, env={**os.environ, **QUIET_THREADS})
         ok = proc.returncode == 0
         note = "ran" if ok else f"crashed (exit {proc.returncode})"
         return Result("./stack bench --quick runs", int(ok), int(not ok), note=note), (

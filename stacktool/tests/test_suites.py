@@ -151,10 +151,12 @@ class BenchSmokeTest(unittest.TestCase):
         class Fake(suites.Processes):
             def run(self, command, **kwargs):
                 commands.append(command)
+                calls.append(kwargs["env"])
                 return subprocess.CompletedProcess(command, 0, "", "")
 
         result, _ = levels.bench_smoke(layout).run(Fake())
         self.assertEqual((result.passed, result.failed), (1, 0))
+        self.assertEqual(calls.pop()["OMP_WAIT_POLICY"], "PASSIVE")  # as the suites beside it
         (command,) = commands
         self.assertEqual(command[:2], [sys.executable, "-c"])
         with (
