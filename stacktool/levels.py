@@ -150,7 +150,7 @@ INDUCTOR = {"PYTORCH_TEST_WITH_INDUCTOR": "1"}  # CI's inductor config (run_test
 SLOW = {"PYTORCH_TEST_WITH_SLOW": "1"}  # CI's slow config: tests marked @slowTest run too
 # Upstream's timeout for a test's spawned ranks (common_distributed.TIMEOUT_DEFAULT, 300 s):
 # test_matrix_ops's two tests took 87 s together beside the gate's other checks (Zen 3), and
-# a hung rank cost 300 s before its rerun; 150 s leaves a test four times its time.
+# a hung rank cost 300 s before its rerun; 150 s leaves a test over three times its time.
 HANG_AFTER = {"DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": "150"}
 
 # The upstream suites the gate runs for attn: the OpInfo-driven ones and the ones upstream CI

@@ -7,6 +7,7 @@ from any directory loads the fork (as upstream's tools/nightly.py arranges it).
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,9 +34,15 @@ def base_python() -> str:
     return found
 
 
+def project(requirement: str) -> str:
+    """A requirement's project name, normalized: "PyYAML>=6" and "pyyaml" name one."""
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
 def ensure(path: Path, requirements: list[str]) -> bool:
     """Create a venv at `path` with `requirements` unless it has them (its INSTALLED record
-    lists every one); True if it did work. The record keeps what earlier calls installed."""
+    lists every one); True if it did work. The record keeps what earlier calls installed,
+    one requirement per project (the last installed)."""
     python = path / "bin" / "python"
     marker = path / INSTALLED
     had: list[str] = []
@@ -51,7 +58,8 @@ def ensure(path: Path, requirements: list[str]) -> bool:
          *requirements],
         f"installing requirements into {path}",
     )  # fmt: skip
-    marker.write_text(json.dumps(sorted({*had, *requirements}), indent=1))
+    kept = [r for r in had if project(r) not in {project(n) for n in requirements}]
+    marker.write_text(json.dumps(sorted({*kept, *requirements}), indent=1))
     return True
 
 

@@ -47,8 +47,14 @@ class EnsureTest(unittest.TestCase):
         self.assertEqual(recorded, sorted(everything))
 
     def test_a_changed_pin_or_an_unreadable_record_installs_again(self):
-        self.installs(["numpy==1.26.2"])
+        """Also a pin moved back: the record keeps one requirement per project."""
+        self.installs(["numpy==1.26.2", "PyYAML"])
         self.assertEqual(self.installs(["numpy==2.0.0"]), ["numpy==2.0.0"])
+        self.assertEqual(self.installs(["numpy==1.26.2"]), ["numpy==1.26.2"])
+        self.assertIsNone(self.installs(["PyYAML", "numpy==1.26.2"]))
+        self.assertEqual(self.installs(["pyyaml>=6"]), ["pyyaml>=6"])
+        recorded = json.loads((self.path / venv.INSTALLED).read_text())
+        self.assertEqual(recorded, ["numpy==1.26.2", "pyyaml>=6"])
         (self.path / venv.INSTALLED).write_text("{not json")
         self.assertEqual(self.installs(["numpy==2.0.0"]), ["numpy==2.0.0"])
 
