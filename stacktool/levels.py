@@ -265,6 +265,13 @@ SUITES = (
           per_capability=True, seconds=10,
           why="compiled tanh is eager's (PR 5's test_tanh_atan2, from #148241); not =vml: eager's "
           "float tanh is then VML's", not_default="inductor vectorizes no kernel at DEFAULT"),
+    Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
+          "(tanh or gelu or mish) and not atanh and not hardtanh", levels=(5,),
+          per_capability=True, alone=LONG, seconds=170,
+          why="tanh, tanhshrink, gelu and mish compiled against eager, each dtype (inductor's "
+          "vector code calls x.tanh()); skips: uint8, which upstream tests for resampling only; "
+          "not =vml: eager's float tanh is then VML's",
+          not_default="inductor vectorizes no kernel at DEFAULT"),
     Suite("test_quantized_op", "test/quantization/core/test_quantized_op.py", "qgelu or qtanh",
           levels=(5,), per_capability=True,
           why="the quantized gelu (test_qtanh is skipped upstream: hypothesis); not =vml: it "

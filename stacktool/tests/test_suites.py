@@ -240,6 +240,7 @@ class SuiteTableTest(unittest.TestCase):
             "test_unary_ufuncs [avx2, ATEN_CPU_FLOAT_TANH=vml]",  # each build's float branch
             "test_unary_ufuncs [avx512, ATEN_CPU_FLOAT_TANH=vml]",
             *(f"{suite} {variant}" for suite in ("test_ops", "test_nn", "inductor/test_cpu_repro",
+                                                  "inductor/test_torchinductor_opinfo",
                                                   "test_quantized_op")
               for variant in (
                 "[avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
@@ -248,7 +249,9 @@ class SuiteTableTest(unittest.TestCase):
         only_default = [t.name for t in levels.suite_tasks(Layout(Path("/x")), 5, ["default"])]
         self.assertEqual(only_default, [f"{suite} [default]" for suite in
                                         ("test_unary_ufuncs", "test_ops", "test_nn",
-                                         "inductor/test_cpu_repro", "test_quantized_op")])  # fmt: skip
+                                         "inductor/test_cpu_repro",
+                                         "inductor/test_torchinductor_opinfo",
+                                         "test_quantized_op")])  # fmt: skip
         tasks = levels.suite_tasks(Layout(Path("/x")), 5, ["default", "avx2"])
         self.assertEqual([t.name for t in tasks[:3]], [
             "test_unary_ufuncs [default]",
@@ -334,8 +337,8 @@ class SuiteTableTest(unittest.TestCase):
         for worker, cap in workers:  # on one thread each: two run at once
             self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
         # test_unary_ufuncs and the check under three variants, test_ops, test_nn,
-        # test_cpu_repro and test_quantized_op one
-        self.assertEqual(len(ran), 2 * 3 + 4 * 1)
+        # test_cpu_repro, test_torchinductor_opinfo and test_quantized_op one
+        self.assertEqual(len(ran), 2 * 3 + 5 * 1)
         by_name = {r.name: r for r in results}
         skip = by_name["tanh float32, all 2^32 inputs [avx512, ATEN_CPU_FLOAT_TANH=vectorized]"]
         self.assertEqual((skip.skipped, skip.failed), (1, 0))  # avx512: listed, skipped
