@@ -35,8 +35,10 @@ def base_python() -> str:
 
 
 def project(requirement: str) -> str:
-    """A requirement's project name, normalized: "PyYAML>=6" and "pyyaml" name one."""
-    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+    """A requirement's project name, normalized as PEP 503 does: "PyYAML>=6" and "pyyaml"
+    name one project, as do "typing_extensions" and "Typing.Extensions"."""
+    name = re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def ensure(path: Path, requirements: list[str]) -> bool:

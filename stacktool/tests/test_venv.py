@@ -55,6 +55,10 @@ class EnsureTest(unittest.TestCase):
         self.assertEqual(self.installs(["pyyaml>=6"]), ["pyyaml>=6"])
         recorded = json.loads((self.path / venv.INSTALLED).read_text())
         self.assertEqual(recorded, ["numpy==1.26.2", "pyyaml>=6"])
+        self.installs(["typing_extensions==4.12"])
+        self.assertEqual(self.installs(["Typing.Extensions==4.9"]), ["Typing.Extensions==4.9"])
+        recorded = json.loads((self.path / venv.INSTALLED).read_text())
+        self.assertEqual(recorded, ["Typing.Extensions==4.9", "numpy==1.26.2", "pyyaml>=6"])
         (self.path / venv.INSTALLED).write_text("{not json")
         self.assertEqual(self.installs(["numpy==2.0.0"]), ["numpy==2.0.0"])
 
