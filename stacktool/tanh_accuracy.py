@@ -36,6 +36,7 @@ CAPABILITIES = ("default", "avx2", "avx512")
 FLOAT_TANH = "ATEN_CPU_FLOAT_TANH"
 FLOAT_KERNELS = ("vml", "vectorized")
 CHUNK = 1 << 22
+RESULTS = "--results"  # the worker's flag: hash every result (check), for `switched`
 MAX_ULP = 1
 
 
@@ -102,7 +103,8 @@ def tasks(layout: Layout, runnable: list[str], found: dict) -> list[Task]:
     gate, Zen 3); each puts what its worker found in `found[(capability, kernel)]`, for
     `switched`."""
     return [Task(name(cap, kernel), lambda processes, cap=cap, kernel=kernel:
-                 check_variant(layout, cap, kernel, found, processes, threads=1), seconds=90)
+                 check_variant(layout, cap, kernel, found, processes, threads=1,
+                               hash_results=cap == "default" or kernel == "vml"), seconds=90)
             for cap, kernel in variants(runnable)]  # fmt: skip
 
 
@@ -122,12 +124,14 @@ def check_variant(
     found: dict,
     processes: Processes,
     threads: int | None = None,
+    hash_results: bool = False,
 ) -> tuple[Result, str]:
     """Run the worker for one variant: passed when max ULP <= 1, NaN kept, odd symmetry.
 
     `threads`: torch's thread count in the worker (default: torch's). The gate runs two
     workers at once on two cores with one thread each (two threads each were slower there);
     an elementwise kernel gives every input the same result at any thread count.
+    `hash_results`: the worker hashes every result, for `switched` (DEFAULT's and `vml`'s).
     """
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,6 +144,7 @@ def check_variant(
                 capability,
                 str(out),
                 *([str(threads)] if threads else []),
+                *([RESULTS] if hash_results else []),
             ],  # fmt: skip
             cwd=Path(__file__).resolve().parent.parent,
             env=suite_env(layout, variant_env(capability, kernel)),
@@ -241,10 +246,12 @@ def expected(torch, bits, out):
     return out.copy_(torch.tanh(x.double()))
 
 
-def check(torch) -> dict:
-    """Every float32 input: the worst error, counts of the failures (see module doc)."""
+def check(torch, hash_results: bool = True) -> dict:
+    """Every float32 input: the worst error, counts of the failures (see module doc); with
+    `hash_results`, a hash of every result (what `switched` compares)."""
     worst, worst_x, nan_lost, not_odd, not_one, counts = 0, 0.0, 0, 0, 0, []
-    results = hashlib.sha256()  # of every result's bits (about 6 s of the run)
+    # of every result's bits: 5 s of the run with SHA instructions (Zen 4), more without
+    results = hashlib.sha256() if hash_results else None
     bits = torch.arange(CHUNK, dtype=torch.int32)
     x = bits.view(torch.float32)
     # one buffer per intermediate, reused chunk after chunk: a fresh 16 MB tensor per step
@@ -264,18 +271,21 @@ def check(torch) -> dict:
         if int(bits[-1]) > INF:  # NaN inputs (the last chunks only): NaN out, no ULP
             nan = x.isnan()
             odd &= ~nan
-            nan_lost += int((nan & ~(y.isnan() & neg.isnan())).sum())
+            nan_lost += int(torch.count_nonzero(nan & ~(y.isnan() & neg.isnan())))
             ulp.masked_fill_(nan, 0)
-        not_odd += int(odd.sum())
+        # count_nonzero, not sum(): a bool tensor's sum converts it to int64 first (it took 12
+        # of the run's 33 s, Zen 4)
+        not_odd += int(torch.count_nonzero(odd))
         if int(bits[-1]) >= ONE_FROM:  # exactly 1 (1 ULP below it would pass the ULP bar)
-            not_one += int(((y != 1) & (bits >= ONE_FROM) & (bits <= INF)).sum())
-        results.update(y.numpy())
+            not_one += int(torch.count_nonzero((y != 1) & (bits >= ONE_FROM) & (bits <= INF)))
+        if results is not None:
+            results.update(y.numpy())
         counts.append(int(torch.count_nonzero(ulp)))
         at = int(ulp.argmax())
         if int(ulp[at]) > worst:
             worst, worst_x = int(ulp[at]), float(x[at])
         bits += CHUNK
-    return {
+    found = {
         "capability": torch.backends.cpu.get_cpu_capability(),
         "max_ulp": worst,
         "worst_x": worst_x,
@@ -286,19 +296,23 @@ def check(torch) -> dict:
         # which inputs are not correctly rounded, per chunk of CHUNK: two kernels that round
         # differently (VML and PR 5's differ at millions of inputs) give two digests
         "digest": int(hashlib.sha256(json.dumps(counts).encode()).hexdigest()[:16], 16),
-        # every non-negative input's result (the negative half is its mirror, checked above)
-        "results": results.hexdigest(),
     }
+    if results is not None:
+        # every non-negative input's result (the negative half is its mirror, checked above)
+        found["results"] = results.hexdigest()
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The worker: `python -m stacktool.tanh_accuracy CAPABILITY OUT.json [THREADS]`."""
-    capability, out, *threads = argv or sys.argv[1:]
+    """The worker: `python -m stacktool.tanh_accuracy CAPABILITY OUT.json [THREADS]
+    [--results]` (--results: hash every result, see check)."""
+    capability, out, *rest = argv or sys.argv[1:]
+    threads = [arg for arg in rest if arg != RESULTS]
     import torch
 
     if threads:
         torch.set_num_threads(int(threads[0]))
-    found = check(torch)
+    found = check(torch, hash_results=RESULTS in rest)
     if capability_name(found["capability"]) != capability:
         sys.exit(f"asked for {capability}, torch runs {found['capability']}")
     Path(out).write_text(json.dumps(found))

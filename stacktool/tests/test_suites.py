@@ -332,10 +332,13 @@ class SuiteTableTest(unittest.TestCase):
         self.assertIn("tanh float32, all 2^32 inputs [avx2, ATEN_CPU_FLOAT_TANH=vml]", names)
         self.assertIn("reduced bits [default]", names)  # against v2.6.0, each capability
         self.assertIn("reduced bits [avx2]", names)
-        workers = [(w, cap) for w, cap, _, _ in ran if w[0] == "stacktool.tanh_accuracy"]
+        workers = [(w, cap, kernel) for w, cap, kernel, _ in ran
+                   if w[0] == "stacktool.tanh_accuracy"]  # fmt: skip
         self.assertEqual(len(workers), 3)  # the exhaustive check: default, avx2 twice
-        for worker, cap in workers:  # on one thread each: two run at once
-            self.assertEqual((worker[1], worker[3:]), (cap, ["1"]))
+        for worker, cap, kernel in workers:  # on one thread each: two run at once
+            # every result hashed where `switched` compares them: DEFAULT's and vml's
+            flags = ["1"] if kernel == "vectorized" else ["1", tanh_accuracy.RESULTS]
+            self.assertEqual((worker[1], worker[3:]), (cap, flags))
         # test_unary_ufuncs and the check under three variants, test_ops, test_nn,
         # test_cpu_repro, test_torchinductor_opinfo and test_quantized_op one
         self.assertEqual(len(ran), 2 * 3 + 5 * 1)
