@@ -228,7 +228,7 @@ def summary(found: dict) -> str:
 # 1 - tanh(x) < 2 exp(-2x) < 2^-25 (half a ULP below 1), so it is 1; NaN above +inf.
 TINY, SATURATED = 0x39800000, 0x41400000  # 2^-12, 12.0: multiples of CHUNK
 ONE_FROM = (
-    0x41205968  # 9.0109129: the first float whose tanh rounds to 1; every one from it gives 1
+    0x41102CB4  # 9.0109129: the first float whose tanh rounds to 1; every one from it gives 1
 )
 INF = 0x7F800000  # +inf; every pattern above it is a NaN
 
