@@ -128,9 +128,12 @@ def setup(layout: config.Layout, upstream_path: str | None, move_aside: bool) ->
         for_build.result()  # its failure ends setup here, pytorch/ as it was
         venv.write_pth(layout)
         if state != "current":
-            aside = fork.replace(layout.fork, new, move_aside)
+            aside = fork.replace(layout.fork, new)
             if aside is not None:
-                log(f"the previous tree is kept whole as {aside} (its commits, edits and "
+                lint.stop_daemon(layout, aside)  # ./stack lint's mypy daemon in the old tree
+            if aside is not None and fork.retire(aside, layout.patches, keep=move_aside):
+                why = "" if move_aside else "it changed while setup ran: "
+                log(f"the previous tree is kept whole as {aside} ({why}its commits, edits and "
                     f"ignored files): take what you need, then rm -rf {aside.name}")  # fmt: skip
         log(f"compiler cache: {ccache.ensure()} "
             f"(cache in {layout.ccache.relative_to(layout.root)})")  # fmt: skip

@@ -12,10 +12,18 @@ class StackError(Exception):
 def uninterrupted():
     """Hold SIGINT and SIGTERM back for a short block (e.g. a swap of two renames).
 
-    cli turns them into KeyboardInterrupt; held back, they arrive when the block is done.
+    cli turns them into KeyboardInterrupt; held back, they arrive when the block is done. Their
+    handlers are swapped for one that notes the signal: Python runs handlers in the main
+    thread whichever thread the kernel hands a signal to, where a mask (pthread_sigmask)
+    would hold it back from the calling thread only. Main thread only, as signal.signal.
     """
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    noted = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum)) for sig in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if noted:
+            signal.raise_signal(noted[0])

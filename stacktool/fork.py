@@ -178,15 +178,21 @@ def apply(repo: Path, patch: Path) -> None:
         raise StackError(f"{patch} does not apply:\n{e}") from None
 
 
-def replace(fork: Path, new: Path, move_aside: bool) -> Path | None:
-    """Swap `new` in as the fork; an old fork is moved aside (returned) or deleted if stale."""
+def replace(fork: Path, new: Path) -> Path | None:
+    """Swap `new` in as the fork; an old fork is moved aside, returned (see retire)."""
     aside = None
     with uninterrupted():  # Ctrl-C waits: pytorch/ is the old tree or the new one
         if fork.exists():
             aside = fork.with_name(f"{fork.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
             fork.rename(aside)
         new.rename(fork)
-    if aside is not None and not move_aside:
-        shutil.rmtree(aside)
-        return None
     return aside
+
+
+def retire(old: Path, patch_dir: Path, keep: bool) -> bool:
+    """Delete the old fork `replace` moved aside, unless `keep` or it is no longer stale
+    (work made in it while setup ran: setup looked at it minutes before). Whether kept."""
+    if keep or state(old, patch_dir) != "stale":
+        return True
+    shutil.rmtree(old)
+    return False

@@ -87,9 +87,19 @@ def export(fork: Path, patches: Path, doc: Path, check: bool) -> list[str]:
     dirty = git(fork, "status", "--porcelain", "--untracked-files=normal")
     if dirty.strip():
         raise StackError(
-            "pytorch/ has uncommitted changes; commit them (git commit -a --fixup attn/N for "
-            "PR N, then GIT_SEQUENCE_EDITOR=: git rebase -i --autosquash attn/0) before "
-            "exporting:\n" + dirty
+            "pytorch/ has uncommitted changes; commit them (git add -A; git commit --fixup "
+            "attn/N for PR N, then GIT_SEQUENCE_EDITOR=: git rebase -i --autosquash attn/0) "
+            "before exporting:\n" + dirty
+        )
+    branch = f"refs/heads/{config.BRANCH}"
+    if not git(fork, "rev-parse", "--verify", "--quiet", branch, check=False):
+        raise StackError(f"pytorch/ has no branch '{config.BRANCH}', the stack export reads")
+    elsewhere = git(fork, "rev-list", "--oneline", "HEAD", "--not", branch).splitlines()
+    if elsewhere:
+        raise StackError(
+            f"pytorch/'s HEAD has commits that branch '{config.BRANCH}', the stack export "
+            "reads, lacks:\n  " + "\n  ".join(elsewhere) + f"\nPut them on the branch (git "
+            f"checkout -B {config.BRANCH} if HEAD holds the whole stack), then export again"
         )
     series = render(fork)
     found = differences(series, read(patches))

@@ -25,10 +25,12 @@ def landed(root: Path) -> dict[str, bytes]:
 def undo(layout: Layout, log) -> bool:
     """Save what differs from the landed stack, then restore it; False if nothing differed."""
     root, tree = layout.root, layout.fork
-    for busy in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
+    busy_with = ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD",
+                 "sequencer")  # fmt: skip
+    for busy in busy_with:
         if (tree / ".git" / busy).exists():
-            raise StackError(f"{tree} is in the middle of a rebase, am, merge or cherry-pick "
-                             f"(.git/{busy}): finish or abort it first")  # fmt: skip
+            raise StackError(f"{tree} is in the middle of a rebase, am, merge, cherry-pick or "
+                             f"revert (.git/{busy}): finish or abort it first")  # fmt: skip
     want, have, stack = landed(root), patches.read(layout.patches), patches.render(tree)
     doc = layout.gradient_doc
     doc_want = git(root, "show", f"HEAD:{patches.GRADIENT_DOC}").encode()
@@ -40,6 +42,7 @@ def undo(layout: Layout, log) -> bool:
         )
     dirty = git(tree, "status", "--porcelain", "--untracked-files=normal").strip()
     head = git(tree, "rev-parse", "HEAD").strip()
+    on = git(tree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
     tip = git(tree, "rev-parse", f"refs/heads/{config.BRANCH}").strip()
     if not dirty and head == tip and stack == want and have == want and doc_have == doc_want:
         return False
@@ -47,13 +50,20 @@ def undo(layout: Layout, log) -> bool:
     if stack != want:
         git(tree, "branch", f"undo/{stamp}", tip)
         log(f"pytorch/'s stack kept as branch undo/{stamp} (git log attn/0..undo/{stamp})")
-    if dirty:
-        git(tree, "stash", "push", "--include-untracked", "--quiet", "-m", f"stack undo {stamp}")
-        back = f"git checkout undo/{stamp}; git stash pop" if stack != want else "git stash pop"
-        log(f"uncommitted edits in pytorch/ kept as stash@{{0}} ('stack undo {stamp}'; {back})")
+    # where the stash's edits apply again: the checkout they were made on
+    base = on if on and on != config.BRANCH else head[:12]
+    if on == config.BRANCH:
+        base = f"undo/{stamp}" if stack != want else ""  # else the same commits again
+    elif on:
+        log(f"pytorch/ was on branch {on}, which is kept; it is on {config.BRANCH} again")
     if git(tree, "rev-list", "--max-count=1", "HEAD", "--not", "--branches").strip():
         git(tree, "branch", f"undo/{stamp}-HEAD", head)  # a detached HEAD off every branch
         log(f"pytorch/'s HEAD {head[:12]} kept as branch undo/{stamp}-HEAD")
+        base = f"undo/{stamp}-HEAD"
+    if dirty:
+        git(tree, "stash", "push", "--include-untracked", "--quiet", "-m", f"stack undo {stamp}")
+        back = f"git checkout {base}; git stash pop" if base else "git stash pop"
+        log(f"uncommitted edits in pytorch/ kept as stash@{{0}} ('stack undo {stamp}'; {back})")
     with uninterrupted():  # seconds: patches/, the doc and the branch move together
         git(root, "checkout", "HEAD", "--", "patches", patches.GRADIENT_DOC)
         for name in set(have) - set(want):  # exported files the landed series lacks

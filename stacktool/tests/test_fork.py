@@ -1,5 +1,6 @@
 """Materialize, export and the never-lose-work rules, on a tiny synthetic upstream."""
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -148,6 +149,19 @@ class ForkTest(unittest.TestCase):
         self.assertEqual((self.fork / "new.py").read_text(), "n\n")
         self.assertEqual(len(messages), 3, messages)
 
+    def test_undo_says_where_the_stashed_edits_apply_again(self):
+        layout, _, _ = self.landed_project()
+        git(self.fork, "checkout", "-q", "--detach", "HEAD~1")
+        self.commit(self.fork, "c.py", "z\n", "Detached work")
+        (self.fork / "c.py").write_text("edited\n")
+        messages = []
+        self.assertTrue(undo.undo(layout, messages.append))
+        back = re.search(r"; (git checkout (\S+); git stash pop)\)", messages[-2])
+        self.assertTrue(back, messages)
+        git(self.fork, "checkout", "-q", back.group(2))  # as the message says
+        git(self.fork, "stash", "pop", "-q")
+        self.assertEqual((self.fork / "c.py").read_text(), "edited\n")
+
     def test_undo_refuses_what_it_could_not_keep_and_changes_nothing(self):
         layout, series, _ = self.landed_project()
         name = sorted(series)[1]
@@ -159,6 +173,11 @@ class ForkTest(unittest.TestCase):
         (self.fork / ".git" / "rebase-merge").mkdir()
         with self.assertRaisesRegex(StackError, "middle of a rebase"):
             undo.undo(layout, print)
+        (self.fork / ".git" / "rebase-merge").rmdir()
+        (self.fork / ".git" / "REVERT_HEAD").write_text("x\n")  # a conflicted git revert
+        with self.assertRaisesRegex(StackError, "revert"):
+            undo.undo(layout, print)
+        self.assertEqual(git(self.fork, "branch", "--list", "undo/*"), "")
 
     def test_stale_fork_is_replaceable_after_patches_change(self):
         self.make_stack()
@@ -172,6 +191,26 @@ class ForkTest(unittest.TestCase):
         self.assertIn("not on branch", fork.state(old, self.patch_dir))
         git(old, "branch", "-q", "-D", "side")
         self.assertEqual(fork.state(old, self.patch_dir), "stale")
+
+    def test_retire_keeps_an_old_tree_that_holds_work_made_while_setup_ran(self):
+        self.make_stack()
+        for edit in (None, "untracked", "commit"):
+            old = self.dir / f"old-{edit}"
+            fork.materialize(self.tarball, self.patch_dir, old)
+            series = dict(patches.read(self.patch_dir))
+            (self.patch_dir / "0002-Change-a.patch").unlink()  # stale: setup replaces it
+            if edit == "untracked":
+                (old / "notes.txt").write_text("mine\n")
+            elif edit == "commit":
+                self.commit(old, "c.py", "z\n", "Work after setup looked")
+            self.assertEqual(fork.retire(old, self.patch_dir, keep=False), edit is not None)
+            self.assertEqual(old.exists(), edit is not None)
+            for name, data in series.items():
+                (self.patch_dir / name).write_bytes(data)
+        kept = self.dir / "kept"
+        fork.materialize(self.tarball, self.patch_dir, kept)
+        self.assertTrue(fork.retire(kept, self.patch_dir, keep=True))  # --move-aside
+        self.assertTrue(kept.exists())
 
     def test_bad_patch_names_itself_and_leaves_no_tree(self):
         self.make_stack()
@@ -191,6 +230,23 @@ class ForkTest(unittest.TestCase):
         with self.assertRaisesRegex(StackError, "uncommitted changes"):
             patches.export(self.fork, self.patch_dir, self.doc, check=False)
         self.assertEqual(patches.read(self.patch_dir), before)
+
+    def test_export_refuses_commits_that_only_head_has(self):
+        self.make_stack()
+        before = patches.read(self.patch_dir)
+        git(self.fork, "checkout", "-q", "--detach", "HEAD~1")
+        git(self.fork, "commit", "-q", "--amend", "-m", "Reworded")  # built, not on the branch
+        for check in (True, False):
+            with self.assertRaisesRegex(
+                StackError, "HEAD has commits that branch 'stack'(.|\n)*Reworded"
+            ):
+                patches.export(self.fork, self.patch_dir, self.doc, check=check)
+        self.assertEqual(patches.read(self.patch_dir), before)
+        git(self.fork, "checkout", "-q", "-B", config.BRANCH)
+        self.assertTrue(patches.export(self.fork, self.patch_dir, self.doc, check=False))
+        git(self.fork, "branch", "-q", "-m", config.BRANCH, "mine")
+        with self.assertRaisesRegex(StackError, "no branch 'stack'"):
+            patches.export(self.fork, self.patch_dir, self.doc, check=True)
 
     def test_level_tags_follow_the_stack(self):
         self.make_stack()
