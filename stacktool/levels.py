@@ -263,8 +263,9 @@ SUITES = (
           "changes only float tanh's results, to DEFAULT's", not_default=V260),
     Suite("inductor/test_cpu_repro", "test/inductor/test_cpu_repro.py", "tanh", levels=(5,),
           per_capability=True, seconds=10,
-          why="compiled tanh is eager's (PR 5's test_tanh_atan2, from #148241); not =vml: eager's "
-          "float tanh is then VML's", not_default="inductor vectorizes no kernel at DEFAULT"),
+          why="compiled tanhshrink then atan2 as eager's (PR 5's test_tanh_atan2, from #148241); "
+          "not =vml: eager's float tanh is then VML's",
+          not_default="inductor vectorizes no kernel at DEFAULT"),
     Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
           "(tanh or gelu or mish) and not atanh and not hardtanh", levels=(5,),
           per_capability=True, alone=LONG, seconds=170,

@@ -246,7 +246,7 @@ def expected(torch, bits, out):
     return out.copy_(torch.tanh(x.double()))
 
 
-def check(torch, hash_results: bool = True) -> dict:
+def check(torch, hash_results: bool) -> dict:
     """Every float32 input: the worst error, counts of the failures (see module doc); with
     `hash_results`, a hash of every result (what `switched` compares)."""
     worst, worst_x, nan_lost, not_odd, not_one, counts = 0, 0.0, 0, 0, 0, []

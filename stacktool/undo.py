@@ -51,11 +51,13 @@ def undo(layout: Layout, log) -> bool:
         git(tree, "branch", f"undo/{stamp}", tip)
         log(f"pytorch/'s stack kept as branch undo/{stamp} (git log attn/0..undo/{stamp})")
     # where the stash's edits apply again: the checkout they were made on
-    base = on if on and on != config.BRANCH else head[:12]
     if on == config.BRANCH:
         base = f"undo/{stamp}" if stack != want else ""  # else the same commits again
     elif on:
+        base = on
         log(f"pytorch/ was on branch {on}, which is kept; it is on {config.BRANCH} again")
+    else:
+        base = head[:12]
     if git(tree, "rev-list", "--max-count=1", "HEAD", "--not", "--branches").strip():
         git(tree, "branch", f"undo/{stamp}-HEAD", head)  # a detached HEAD off every branch
         log(f"pytorch/'s HEAD {head[:12]} kept as branch undo/{stamp}-HEAD")
