@@ -1,0 +1,398 @@
+"""attn's OpInfo checks on CUDA, for the stack's C++ built as an extension op.
+
+Runs where the fork cannot (a GPU machine with another PyTorch): cuda_check.py puts
+the fork's Attn.cpp and Attn.h, FunctionsManual's attn_backward and attn_jvp, and
+the OpInfo's sample and error inputs beside this file. They are built unchanged
+against the installed torch as stack::attn and stack::_attn_backward, with an
+autograd.Function whose backward and jvp are FunctionsManual's functions, as
+derivatives.yaml wires them. Off the CPU, attn and _attn_backward take exactly the
+fork's code. Not checked: the CPU kernel (a wheel exports neither DispatchStub's
+implementation nor cpublas::gemm, so CPU float and double have no kernel here), and
+the fork's own build (codegen, bindings, the Meta decomposition, torch.compile).
+On the H200 image of 2026-11 (torch 2.11.0+cu130, g++ 13.3), any extension that
+formats a number into a message crashes (SIGSEGV; a three-line extension too), so
+test_errors crashes there: run it last, alone (-k test_errors).
+
+    python3 cuda_check_suite.py [DEVICE] [unittest args]      (default: cuda)
+"""
+
+import os
+import sys
+import unittest
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.testing import make_tensor
+from torch.testing._internal.opinfo.core import ErrorInput, SampleInput
+from torch.utils import cpp_extension
+
+HERE = Path(__file__).resolve().parent
+DEVICE, *UNITTEST_ARGS = (
+    sys.argv[1:] if sys.argv[1:2] and not sys.argv[1].startswith("-") else ["cuda", *sys.argv[1:]]
+)
+
+# The headers that the fork's codegen writes for attn's native functions, and a
+# DispatchStub for Attn.h: a wheel does not export DispatchStub's implementation,
+# and the CPU kernel is not built here (AttnKernel.cpp's cpublas::gemm is not
+# exported either), so a call raises.
+SHIM_HEADERS = {
+    "ATen/native/DispatchStub.h": """
+#pragma once
+#include <c10/core/DeviceType.h>
+#include <c10/util/Exception.h>
+#include <utility>
+#define DECLARE_DISPATCH(fn, name)                                            \\
+  struct name##_DECLARE_DISPATCH_type {                                        \\
+    template <typename... Args>                                                \\
+    void operator()(c10::DeviceType, Args&&... args) const {                   \\
+      TORCH_CHECK(kernel, #name ": no CPU kernel in this build");              \\
+      kernel(std::forward<Args>(args)...);                                     \\
+    }                                                                          \\
+    fn kernel = nullptr;                                                       \\
+  };                                                                           \\
+  extern struct name##_DECLARE_DISPATCH_type name;
+#define DEFINE_DISPATCH(name) struct name##_DECLARE_DISPATCH_type name
+""",
+    "ATen/ops/attn_native.h": """
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <tuple>
+namespace at::native {
+std::tuple<Tensor, Tensor> attn(const Tensor& q, const Tensor& k, const Tensor& v);
+}
+""",
+    "ATen/ops/_attn_backward_native.h": """
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <array>
+#include <optional>
+#include <tuple>
+namespace at::native {
+#define STACK_ATTN_BACKWARD_ARGS                                                \\
+  const std::optional<Tensor>&, const std::optional<Tensor>&,                  \\
+      const std::optional<Tensor>&, const std::optional<Tensor>&,              \\
+      const std::optional<Tensor>&, const Tensor&, std::array<bool, 3>
+std::tuple<Tensor, Tensor, Tensor> _attn_backward(STACK_ATTN_BACKWARD_ARGS);
+std::tuple<Tensor, Tensor, Tensor> _attn_backward_cpu(STACK_ATTN_BACKWARD_ARGS);
+}
+""",
+}
+
+EXTENSION = r"""
+#include <torch/extension.h>
+#include <ATen/TensorSubclassLikeUtils.h>
+#include <ATen/functorch/DynamicLayer.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <ATen/native/Attn.h>
+#include <ATen/ops/_attn_backward_native.h>
+#include <ATen/ops/attn_native.h>
+
+namespace stack_manual {
+// The fork's generated at::_attn_backward, which calls the op through the
+// dispatcher. FunctionsManual's code below spells it at::_attn_backward; inside
+// stack_manual, `at` is this namespace, whose using-directive serves every other
+// at:: name from ::at (a torch with the fork's headers declares its own).
+namespace at {
+using namespace ::at;
+std::tuple<Tensor, Tensor, Tensor> _attn_backward(
+    const std::optional<Tensor>& grad_output,
+    const std::optional<Tensor>& grad_attn,
+    const std::optional<Tensor>& q,
+    const std::optional<Tensor>& k,
+    const std::optional<Tensor>& v,
+    const Tensor& attn,
+    std::array<bool, 3> output_mask) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("stack::_attn_backward", "")
+                       .typed<std::tuple<Tensor, Tensor, Tensor>(
+                           STACK_ATTN_BACKWARD_ARGS)>();
+  return op.call(grad_output, grad_attn, q, k, v, attn, output_mask);
+}
+} // namespace at
+
+using at::areAnyTensorSubclassLike;
+using at::Tensor;
+// As FunctionsManual.cpp defines it.
+bool isFwGradDefined(const std::optional<Tensor>& t) {
+  return t.has_value() && t->defined() && t->_fw_grad(/*level */ 0).defined();
+}
+#include "attn_manual.inc"
+} // namespace stack_manual
+
+TORCH_LIBRARY(stack, m) {
+  m.def("attn(Tensor q, Tensor k, Tensor v) -> (Tensor output, Tensor attn)");
+  m.def(
+      "_attn_backward(Tensor? grad_output, Tensor? grad_attn, Tensor? q, "
+      "Tensor? k, Tensor? v, Tensor attn, bool[3] output_mask) "
+      "-> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(stack, CompositeExplicitAutograd, m) {
+  m.impl("attn", TORCH_FN(at::native::attn));
+  m.impl("_attn_backward", TORCH_FN(at::native::_attn_backward));
+}
+
+TORCH_LIBRARY_IMPL(stack, CPU, m) {
+  m.impl("_attn_backward", TORCH_FN(at::native::_attn_backward_cpu));
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def(
+      "attn_backward",
+      [](const std::optional<at::Tensor>& grad_output,
+         const std::optional<at::Tensor>& grad_attn,
+         const std::optional<at::Tensor>& q,
+         const std::optional<at::Tensor>& k,
+         const std::optional<at::Tensor>& v,
+         const at::Tensor& attn,
+         std::array<bool, 3> grad_input_mask) {
+        return stack_manual::attn_backward(
+            grad_output.value_or(at::Tensor()),
+            grad_attn.value_or(at::Tensor()),
+            q, k, v, attn, grad_input_mask);
+      });
+  module.def(
+      "attn_jvp",
+      [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+         const at::Tensor& attn,
+         const std::optional<at::Tensor>& q_t,
+         const std::optional<at::Tensor>& k_t,
+         const std::optional<at::Tensor>& v_t) {
+        return stack_manual::attn_jvp(
+            q, k, v, attn, q_t.value_or(at::Tensor()),
+            k_t.value_or(at::Tensor()), v_t.value_or(at::Tensor()));
+      });
+}
+"""
+
+
+def build():
+    """The extension, built in a folder of its own under this one."""
+    src = HERE / "src"
+    for name, text in SHIM_HEADERS.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    (src / "attn_extension.cpp").write_text(EXTENSION)
+    build_dir = HERE / "build"
+    build_dir.mkdir(exist_ok=True)
+    return cpp_extension.load(
+        name="stack_attn",
+        sources=[str(src / "attn_extension.cpp"), str(src / "ATen/native/Attn.cpp")],
+        extra_include_paths=[str(src)],
+        extra_cflags=["-O2", "-DAT_PER_OPERATOR_HEADERS"],
+        build_directory=str(build_dir),
+        verbose=False,
+    )
+
+
+ext = build()
+opinfo = {
+    "partial": partial,
+    "make_tensor": make_tensor,
+    "SampleInput": SampleInput,
+    "ErrorInput": ErrorInput,
+    "torch": torch,
+    "operator": __import__("operator"),
+}
+exec((HERE / "attn_opinfo.py").read_text(), opinfo)
+
+
+class Attn(torch.autograd.Function):
+    """attn with derivatives.yaml's formulas: FunctionsManual's attn_backward and attn_jvp."""
+
+    @staticmethod
+    def forward(q, k, v):
+        return torch.ops.stack.attn(q, k, v)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*inputs, output[1])
+        ctx.save_for_forward(*inputs, output[1])
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_attn):
+        q, k, v, attn = ctx.saved_tensors
+        mask = list(ctx.needs_input_grad)
+        # derivatives.yaml's wrap_opt_if: q for grad_k, k for grad_q, v for either
+        return ext.attn_backward(
+            grad_output,
+            grad_attn,
+            q if mask[1] else None,
+            k if mask[0] else None,
+            v if mask[0] or mask[1] else None,
+            attn,
+            mask,
+        )
+
+    @staticmethod
+    def jvp(ctx, q_t, k_t, v_t):
+        q, k, v, attn = ctx.saved_tensors
+        output_t, attn_t = ext.attn_jvp(q, k, v, attn, q_t, k_t, v_t)
+        n, dv = q.shape[0], v.shape[1]
+        return (
+            torch.zeros(n, dv, dtype=q.dtype, device=q.device) if output_t is None else output_t,
+            torch.zeros(n, n, dtype=q.dtype, device=q.device) if attn_t is None else attn_t,
+        )
+
+
+def reference(q, k, v):
+    """The OpInfo's ref, in NumPy's float64."""
+    q, k, v = (t.detach().cpu().double().numpy() for t in (q, k, v))
+    a = np.tanh(q @ k.T)
+    return torch.from_numpy(a @ v), torch.from_numpy(a)
+
+
+def samples(dtype, requires_grad=False):
+    return list(opinfo["sample_inputs_attn"](None, DEVICE, dtype, requires_grad))
+
+
+def call(sample):
+    out = Attn.apply(sample.input, *sample.args)
+    return sample.output_process_fn_grad(out)
+
+
+LOW = (torch.float32, torch.float16, torch.bfloat16)
+# float16 and bfloat16 against float32 math of the same inputs: the OpInfo's
+# float16 override, bfloat16's default rtol with a wider atol.
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (5e-4, 3e-3), torch.bfloat16: (1e-2, 1.6e-2)}
+
+
+class TestAttnDevice(unittest.TestCase):
+    def test_numpy_ref_float64(self):
+        for sample in samples(torch.float64):
+            out = torch.ops.stack.attn(sample.input, *sample.args)
+            for got, want in zip(out, reference(sample.input, *sample.args), strict=True):
+                self.assertEqual(got.device.type, torch.device(DEVICE).type)
+                torch.testing.assert_close(got.cpu(), want, atol=1e-12, rtol=1e-10)
+
+    def test_low_precision_matches_float32(self):
+        for dtype in LOW:
+            for sample in samples(dtype):
+                with self.subTest(dtype=dtype, shape=tuple(sample.input.shape)):
+                    out = torch.ops.stack.attn(sample.input, *sample.args)
+                    want = torch.ops.stack.attn(*(t.float() for t in (sample.input, *sample.args)))
+                    atol, rtol = TOL[dtype]
+                    for got, ref in zip(out, want, strict=True):
+                        self.assertEqual(got.dtype, dtype)
+                        torch.testing.assert_close(got.float(), ref, atol=atol, rtol=rtol)
+
+    def test_float32_matches_reference(self):
+        for sample in samples(torch.float32):
+            out = torch.ops.stack.attn(sample.input, *sample.args)
+            for got, want in zip(out, reference(sample.input, *sample.args), strict=True):
+                torch.testing.assert_close(got.cpu().double(), want, atol=1e-5, rtol=1e-5)
+
+    def test_noncontiguous_samples(self):
+        for dtype in (torch.float32, torch.float64):
+            for sample in samples(dtype):
+                args = (sample.input, *sample.args)
+                strided = [
+                    make_tensor(t.shape, dtype=dtype, device=DEVICE, noncontiguous=True)
+                    for t in args
+                ]
+                for s, t in zip(strided, args, strict=True):
+                    s.copy_(t)
+                # within the dtype's default tolerance: cuBLAS may take another
+                # algorithm for another layout (6e-8 apart in float32 on an H200)
+                for g, w in zip(
+                    torch.ops.stack.attn(*strided), torch.ops.stack.attn(*args), strict=True
+                ):
+                    torch.testing.assert_close(g, w)
+
+    def test_errors(self):
+        inputs = list(opinfo["error_inputs_attn"](None, DEVICE))
+        self.assertGreater(len(inputs), 10)
+        for error in inputs:
+            with self.subTest(regex=error.error_regex):
+                with self.assertRaisesRegex(error.error_type, error.error_regex):
+                    torch.ops.stack.attn(error.sample_input.input, *error.sample_input.args)
+
+    def test_gradcheck(self):
+        for sample in samples(torch.float64, requires_grad=True):
+            with self.subTest(
+                shape=tuple(sample.input.shape), args=[tuple(a.shape) for a in sample.args]
+            ):
+                self.assertTrue(
+                    torch.autograd.gradcheck(
+                        lambda *args, pick=sample.output_process_fn_grad: pick(Attn.apply(*args)),
+                        (sample.input, *sample.args),
+                        check_forward_ad=True,
+                        check_undefined_grad=True,
+                    )
+                )
+
+    def test_gradgradcheck(self):
+        for sample in samples(torch.float64, requires_grad=True):
+            with self.subTest(
+                shape=tuple(sample.input.shape), args=[tuple(a.shape) for a in sample.args]
+            ):
+                self.assertTrue(
+                    torch.autograd.gradgradcheck(
+                        lambda *args, pick=sample.output_process_fn_grad: pick(Attn.apply(*args)),
+                        (sample.input, *sample.args),
+                        check_fwd_over_rev=True,
+                    )
+                )
+
+    def test_backward_low_precision(self):
+        for dtype in LOW:
+            for sample in samples(dtype, requires_grad=True):
+                args = (sample.input, *sample.args)
+                wide = [t.detach().float().requires_grad_() for t in args]
+                outs = Attn.apply(*args)
+                outs_wide = Attn.apply(*wide)
+                grads = [torch.randn_like(o, dtype=torch.float32) for o in outs_wide]
+                got = torch.autograd.grad(
+                    outs, args, [g.to(dtype) for g in grads], allow_unused=True
+                )
+                want = torch.autograd.grad(outs_wide, wide, grads, allow_unused=True)
+                atol, rtol = TOL[dtype]
+                for g, w in zip(got, want, strict=True):
+                    torch.testing.assert_close(g.float(), w, atol=atol * 10, rtol=rtol)
+
+    def test_attn_backward_device_checks(self):
+        if DEVICE == "cpu":
+            self.skipTest("needs a second device")
+        q, k, v = (make_tensor((3, 4), dtype=torch.float32, device=DEVICE) for _ in range(3))
+        attn = torch.ops.stack.attn(q, k, v)[1]
+        with self.assertRaisesRegex(
+            RuntimeError, r"expected grad_output on attn's device cuda:0, but got cpu"
+        ):
+            torch.ops.stack._attn_backward(
+                torch.ones(3, 4), None, q, k, v, attn, [True, True, True]
+            )
+        with self.assertRaisesRegex(RuntimeError, r"expected q, k and v to be on the same device"):
+            torch.ops.stack.attn(q, k.cpu(), v)
+
+    def test_attn_backward_output_mask(self):
+        q, k, v = (make_tensor((5, 3), dtype=torch.float64, device=DEVICE) for _ in range(3))
+        out, attn = torch.ops.stack.attn(q, k, v)
+        g_out, g_attn = torch.randn_like(out), torch.randn_like(attn)
+        full = torch.ops.stack._attn_backward(g_out, g_attn, q, k, v, attn, [True, True, True])
+        for mask in ([True, False, False], [False, True, False], [False, False, True]):
+            part = torch.ops.stack._attn_backward(
+                g_out,
+                g_attn,
+                q if mask[1] else None,
+                k if mask[0] else None,
+                v if mask[0] or mask[1] else None,
+                attn,
+                mask,
+            )
+            for asked, p, f in zip(mask, part, full, strict=True):
+                if asked:
+                    torch.testing.assert_close(p, f, atol=0, rtol=0)
+                else:
+                    self.assertEqual(p.numel() if p is not None else 0, 0)
+
+
+if __name__ == "__main__":
+    print(
+        f"torch {torch.__version__}, device {DEVICE}:",
+        torch.cuda.get_device_name() if DEVICE == "cuda" else os.uname().machine,
+        flush=True,
+    )
+    unittest.main(argv=[sys.argv[0], "-v", *UNITTEST_ARGS])
