@@ -5,7 +5,8 @@ and no network, so the fork cannot run there. What can run there is the stack's 
 code: Attn.cpp and Attn.h as the fork has them, FunctionsManual's
 attn_backward and attn_jvp, and attn's OpInfo sample and error inputs. `prepare`
 copies them into one folder beside cuda_check_suite.py, which builds them as the
-extension op stack::attn and tests it on CUDA.
+extension op stack::attn and tests it on CUDA, and the venv's expecttest (which
+torch's test helpers import and such a machine may lack) under site/.
 
     python3.11 -m stacktool.cuda_check [DEST]      (default: .cuda-check)
 """
@@ -25,6 +26,7 @@ OPINFO = "torch/testing/_internal/common_methods_invocations.py"
 MANUAL_FIRST = "// attn(q, k, v): x = q k^T"
 MANUAL_FUNCTIONS = ("attn_backward(", "attn_jvp(")
 OPINFO_FUNCTIONS = ("sample_inputs_attn", "error_inputs_attn")
+EXPECTTEST = "lib/python3.11/site-packages/expecttest"
 
 
 def manual_text(source: str) -> str:
@@ -54,12 +56,14 @@ def opinfo_text(source: str) -> str:
     return "\n\n\n".join(found[name] for name in OPINFO_FUNCTIONS) + "\n"
 
 
-def prepare(fork: Path, dest: Path) -> None:
-    """Fill dest with the suite and the fork's files it builds and reads."""
-    sources = [fork / path for path in (*COPIED, MANUAL, OPINFO)]
+def prepare(fork: Path, venv: Path, dest: Path) -> None:
+    """Fill dest with the suite, the fork's files it builds and reads, and venv's expecttest."""
+    sources = [fork / path for path in (*COPIED, MANUAL, OPINFO)] + [
+        venv / EXPECTTEST / "__init__.py"
+    ]
     absent = [str(path) for path in sources if not path.is_file()]
     if absent:
-        raise errors.StackError(f"not in the fork (run ./stack setup): {', '.join(absent)}")
+        raise errors.StackError(f"not found (run ./stack setup): {', '.join(absent)}")
     manual = manual_text((fork / MANUAL).read_text())
     opinfo = opinfo_text((fork / OPINFO).read_text())
     if dest.exists():
@@ -70,13 +74,15 @@ def prepare(fork: Path, dest: Path) -> None:
         shutil.copyfile(fork / path, target)
     (dest / "src" / "attn_manual.inc").write_text(manual)
     (dest / "attn_opinfo.py").write_text(opinfo)
+    shutil.copytree(venv / EXPECTTEST, dest / "site" / "expecttest",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     shutil.copyfile(Path(__file__).with_name("cuda_check_suite.py"), dest / "cuda_check_suite.py")
 
 
 def main(argv: list[str]) -> int:
     dest = Path(argv[0]) if argv else ROOT / ".cuda-check"
     try:
-        prepare(ROOT / "pytorch", dest)
+        prepare(ROOT / "pytorch", ROOT / ".venv", dest)
     except errors.StackError as error:
         print(f"cuda_check: {error}", file=sys.stderr)
         return 2

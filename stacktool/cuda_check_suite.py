@@ -24,11 +24,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.testing import make_tensor
-from torch.testing._internal.opinfo.core import ErrorInput, SampleInput
-from torch.utils import cpp_extension
 
 HERE = Path(__file__).resolve().parent
+sys.path.append(str(HERE / "site"))  # expecttest, where the machine has none
+
+from torch.testing import make_tensor  # noqa: E402
+from torch.testing._internal.opinfo.core import ErrorInput, SampleInput  # noqa: E402
+from torch.utils import cpp_extension  # noqa: E402
+
 DEVICE, *UNITTEST_ARGS = (
     sys.argv[1:] if sys.argv[1:2] and not sys.argv[1].startswith("-") else ["cuda", *sys.argv[1:]]
 )

@@ -49,6 +49,9 @@ def fake_fork(root: Path, manual: str = MANUAL, opinfo: str = OPINFO) -> Path:
     for path, text in ((cuda_check.MANUAL, manual), (cuda_check.OPINFO, opinfo)):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
+    expecttest = root / "venv" / cuda_check.EXPECTTEST
+    (expecttest / "__pycache__").mkdir(parents=True)
+    (expecttest / "__init__.py").write_text("# expecttest\n")
     return root
 
 
@@ -60,7 +63,8 @@ class PrepareTest(unittest.TestCase):
     def test_gathers_the_functions_and_files(self):
         dest = self.tmp / "out"
         (dest / "build").mkdir(parents=True)  # an earlier build: replaced
-        cuda_check.prepare(fake_fork(self.tmp / "fork"), dest)
+        fork = fake_fork(self.tmp / "fork")
+        cuda_check.prepare(fork, fork / "venv", dest)
         manual = (dest / "src" / "attn_manual.inc").read_text()
         self.assertTrue(manual.startswith("// attn(q, k, v)"))
         self.assertIn("attn_jvp(", manual)
@@ -75,17 +79,20 @@ class PrepareTest(unittest.TestCase):
         )
         self.assertTrue((dest / "cuda_check_suite.py").is_file())
         self.assertFalse((dest / "build").exists())
+        self.assertEqual(
+            sorted(p.name for p in (dest / "site" / "expecttest").iterdir()), ["__init__.py"]
+        )
 
     def test_missing_function_is_an_error_that_writes_nothing(self):
         fork = fake_fork(self.tmp / "fork", opinfo="def sample_inputs_attn(): pass\n")
         dest = self.tmp / "out"
         with self.assertRaisesRegex(errors.StackError, "error_inputs_attn not found"):
-            cuda_check.prepare(fork, dest)
+            cuda_check.prepare(fork, fork / "venv", dest)
         self.assertFalse(dest.exists())
 
     def test_missing_fork_names_setup(self):
         with self.assertRaisesRegex(errors.StackError, r"run \./stack setup"):
-            cuda_check.prepare(self.tmp / "none", self.tmp / "out")
+            cuda_check.prepare(self.tmp / "none", self.tmp / "none", self.tmp / "out")
 
     @unittest.skipUnless(
         (cuda_check.ROOT / "pytorch" / cuda_check.MANUAL).is_file(),
@@ -93,7 +100,7 @@ class PrepareTest(unittest.TestCase):
     )
     def test_the_fork_has_what_the_suite_reads(self):
         dest = self.tmp / "out"
-        cuda_check.prepare(cuda_check.ROOT / "pytorch", dest)
+        cuda_check.prepare(cuda_check.ROOT / "pytorch", cuda_check.ROOT / ".venv", dest)
         manual = (dest / "src" / "attn_manual.inc").read_text()
         self.assertIn("std::tuple<Tensor, Tensor, Tensor> attn_backward(", manual)
         self.assertIn(
