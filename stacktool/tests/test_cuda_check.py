@@ -1,5 +1,6 @@
 """cuda_check.prepare: the fork's attn code gathered for the CUDA suite, or a clear error."""
 
+import shutil
 import tempfile
 import unittest
 from pathlib import Path
@@ -58,7 +59,7 @@ def fake_fork(root: Path, manual: str = MANUAL, opinfo: str = OPINFO) -> Path:
 class PrepareTest(unittest.TestCase):
     def setUp(self):
         self.tmp = Path(tempfile.mkdtemp())
-        self.addCleanup(__import__("shutil").rmtree, self.tmp)
+        self.addCleanup(shutil.rmtree, self.tmp)
 
     def test_gathers_the_functions_and_files(self):
         dest = self.tmp / "out"
