@@ -9,9 +9,10 @@ derivatives.yaml wires them. Off the CPU, attn and _attn_backward take exactly t
 fork's code. Not checked: the CPU kernel (a wheel exports neither DispatchStub's
 implementation nor cpublas::gemm, so CPU float and double have no kernel here), and
 the fork's own build (codegen, bindings, the Meta decomposition, torch.compile).
-On the H200 image of 2026-11 (torch 2.11.0+cu130, g++ 13.3), any extension that
-formats a number into a message crashes (SIGSEGV; a three-line extension too), so
-test_errors crashes there: run it last, alone (-k test_errors).
+On the H200 image of 2026-11 (torch 2.11.0+cu130), CXX names /opt/gcc/bin/g++,
+whose extensions do not link libstdc++.so (no NEEDED entry): their number formatting
+mixes with the process's libstdc++ and crashes (SIGSEGV in test_errors). Build with
+the system compiler there: CXX=/usr/bin/g++ (10 of 10 pass).
 
     python3 cuda_check_suite.py [DEVICE] [unittest args]      (default: cuda)
 """
