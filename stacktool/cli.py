@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from stacktool import (
@@ -186,8 +187,13 @@ def level_arg(text: str) -> int | str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stack", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    # no abbreviated options (`--move` for `--move-aside`): a name given is the name meant
+    parser = argparse.ArgumentParser(prog="stack", description=__doc__, allow_abbrev=False)
+    commands = parser.add_subparsers(
+        dest="command",
+        required=True,
+        parser_class=partial(argparse.ArgumentParser, allow_abbrev=False),
+    )
     p = commands.add_parser("setup", help="materialize pytorch/, the venv and the build")
     p.add_argument("--upstream", metavar="PATH", help="a v2.6.0 tarball or checkout to use")
     p.add_argument(

@@ -276,20 +276,23 @@ def ninja(command: str, build_dir: Path, jobs: int) -> int:
     """Run ninja, printing a line as each translation unit finishes; the number compiled.
 
     Each line counts the TUs this run compiles (from a dry run), on a terminal and in a log
-    alike (a pipe: ninja reports an edge when it finishes). StackError with the output.
+    alike (a pipe: ninja reports an edge when it finishes, followed by `FAILED:` if it
+    failed, so a TU is counted at the line after it). StackError with the output.
     """
     dry = subprocess.run([command, "-C", str(build_dir), "-n"], capture_output=True, text=True)
     todo = sum("] CXX " in line for line in dry.stdout.splitlines())
     env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
-    output, done = [], 0
+    output, done, finished = [], 0, None
     with subprocess.Popen([command, "-C", str(build_dir), f"-j{jobs}"], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
-        for line in proc.stdout:
+        for line in [*proc.stdout, ""]:
             output.append(line)
-            if "] CXX " in line:
+            if finished and line.startswith("FAILED:"):
+                print(f"overlay build: FAILED to compile {finished}", flush=True)
+            elif finished:
                 done += 1
-                name = Path(line.split("] CXX ", 1)[1].strip()).name
-                print(f"overlay build: compiled {done}/{todo} TUs: {name}", flush=True)
+                print(f"overlay build: compiled {done}/{todo} TUs: {finished}", flush=True)
+            finished = Path(line.split("] CXX ", 1)[1].strip()).name if "] CXX " in line else None
     if proc.returncode != 0:
         raise StackError(f"overlay compile failed (ninja -C {build_dir}):\n"
                          f"{''.join(output).strip()[-6000:]}")  # fmt: skip

@@ -133,6 +133,10 @@ class BadInputTest(unittest.TestCase):
                          r"^usage: stack build \[-h\]\nstack build: error: unrecognized arguments: --bogus")  # fmt: skip
         self.assertIn("usage: stack undo", self.usage("undo", "--bogus"))
 
+    def test_an_abbreviated_option_is_unknown(self):
+        self.assertIn("unrecognized arguments: --move", self.usage("setup", "--move"))
+        self.assertIn("unrecognized arguments: --qu", self.usage("bench", "--qu"))
+
     def test_bench_help_names_the_default_output_folder(self):
         out = io.StringIO()
         with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):

@@ -866,7 +866,7 @@ class NinjaProgressTest(unittest.TestCase):
             "#!/bin/sh\n"
             'case "$*" in *-n*) printf "[1/3] CXX /f/a.cpp\\n[2/3] CXX /f/b.cpp\\n"; exit 0;; esac\n'
             'echo "[1/3] CXX /f/a.cpp"; echo "[2/3] CXX /f/b.cpp"\n'
-            'echo "b.cpp:1: error"\n'
+            f'[ {status} = 0 ] || printf "FAILED: [code=1] b.o\\nb.cpp:1: error\\n"\n'
             f"exit {status}\n"
         )
         script.chmod(0o755)
@@ -884,9 +884,14 @@ class NinjaProgressTest(unittest.TestCase):
 
     def test_a_failed_compile_shows_the_compiler_output(self):
         script, tmp = self.fake_ninja(1)
-        with contextlib.redirect_stdout(io.StringIO()):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
             with self.assertRaisesRegex(StackError, "overlay compile failed(.|\n)*b.cpp:1: error"):
                 compile.ninja(script, tmp, 2)
+        self.assertEqual(
+            out.getvalue().splitlines(),
+            ["overlay build: compiled 1/2 TUs: a.cpp", "overlay build: FAILED to compile b.cpp"],
+        )
 
 
 if __name__ == "__main__":
