@@ -108,7 +108,9 @@ def batch_command(suites: list[Suite]) -> list[str]:
         for test in suite.deselect:
             command += ["--deselect", f"{suite.path}::{test}"]
     reruns = max(suite.reruns for suite in suites)
-    return [*command, f"--reruns={reruns}"] if reruns else command
+    # -s: pytest drops a rerun attempt's output (a hung rank's traceback, which upstream's
+    # MultiProcessTestCase logs); uncaptured, it reaches the log the gate keeps (suites.show)
+    return [*command, f"--reruns={reruns}", "-s"] if reruns else command
 
 
 def joins(run: tuple[str, Suite, dict], group: list[tuple[str, Suite, dict]]) -> bool:

@@ -167,16 +167,19 @@ def execute(
 
 
 def show(layout: Layout, result: Result | list[Result], output: str, log) -> Result | list[Result]:
-    """Print a finished check (or a batch's checks): the output if one failed (also kept in
-    build/test-logs, named after the first that failed), then a line of counts for each."""
+    """Print a finished check (or a batch's checks): the output if one failed, then a line of
+    counts for each. The output of a check that failed or passed on a rerun (a hung rank's
+    traceback, say) is kept in build/test-logs, named after the first such check."""
     results = result if isinstance(result, list) else [result]
     failed = [r for r in results if r.failed]
-    if failed:
-        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", failed[0].name) + ".log")
+    kept = failed or [r for r in results if RERUNS.search(r.note)]
+    if kept:
+        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", kept[0].name) + ".log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(output)
-        print(output[-6000:])
-        for r in failed:
+        if failed:
+            print(output[-6000:])
+        for r in kept:
             r.note += f"; log: {log_path}"
             r.log = log_path
     for r in results:
