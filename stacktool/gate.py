@@ -13,12 +13,13 @@ non-zero on any failure; however it ends, it stops the mypy daemons lint started
 """
 
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-import unittest
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,15 +33,32 @@ from stacktool.suites import Result
 
 
 def tool_tests(log) -> Result:
-    """The tool's own unit tests (stacktool/tests), run in this process."""
-    here = Path(__file__).parent
-    suite = unittest.defaultTestLoader.discover(str(here / "tests"), top_level_dir=str(here.parent))
-    outcome = unittest.TextTestRunner(stream=sys.stdout, verbosity=1).run(suite)
-    failed = len(outcome.failures) + len(outcome.errors) + len(outcome.unexpectedSuccesses)
-    skipped = len(outcome.skipped)
-    result = Result("stacktool unit tests", outcome.testsRun - failed - skipped, failed, skipped)
-    log(f"{result.name}: {result.passed} passed, {failed} failed, {skipped} skipped")
+    """The tool's own unit tests (stacktool/tests), in a process of their own: they patch
+    this package's functions (mock.patch), which warm_lint's thread would call meanwhile (a
+    `wheel.link` patched by test_gate left the lint tree without the wheel's stubs)."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "unittest", "discover", "-s", "stacktool/tests",
+                           "-t", "."], cwd=root, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    print(proc.stdout, end="", flush=True)
+    result = Result("stacktool unit tests", *unittest_counts(proc.stdout, proc.returncode))
+    log(f"{result.name}: {result.passed} passed, {result.failed} failed, {result.skipped} skipped")
     return result
+
+
+def unittest_counts(output: str, returncode: int) -> tuple[int, int, int]:
+    """(passed, failed, skipped) from `python -m unittest`'s closing lines; a run that ends
+    without them (or fails without a failed test) counts one failure more."""
+    ran = re.search(r"^Ran (\d+) tests? in ", output, re.MULTILINE)
+    verdict = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", output, re.MULTILINE)
+    if not (ran and verdict):
+        return 0, 1, 0
+    counts = {k.strip(): int(v) for k, v in re.findall(r"([a-z ]+)=(\d+)", verdict.group(2) or "")}
+    failed = counts.get("failures", 0) + counts.get("errors", 0)
+    failed += counts.get("unexpected successes", 0)
+    skipped = counts.get("skipped", 0)
+    failed += int(returncode != 0 and failed == 0)
+    return int(ran.group(1)) - failed - skipped, failed, skipped
 
 
 def applies_to_pristine(layout: Layout) -> Result:

@@ -286,3 +286,30 @@ class ReportTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ToolTestsTest(unittest.TestCase):
+    """The tool's tests run in a process of their own (their mock.patch would reach the
+    gate's other threads), counted from unittest's closing lines."""
+
+    def test_counts(self):
+        self.assertEqual(gate.unittest_counts("...\nRan 283 tests in 16.4s\n\nOK (skipped=1)\n", 0),
+                         (282, 0, 1))  # fmt: skip
+        self.assertEqual(gate.unittest_counts("Ran 5 tests in 1s\n\nOK\n", 0), (5, 0, 0))
+        failed = "Ran 9 tests in 1s\n\nFAILED (failures=1, errors=2, skipped=3)\n"
+        self.assertEqual(gate.unittest_counts(failed, 1), (3, 3, 3))
+        unexpected = "Ran 2 tests in 1s\n\nFAILED (unexpected successes=1)\n"
+        self.assertEqual(gate.unittest_counts(unexpected, 1), (1, 1, 0))
+
+    def test_a_run_without_its_closing_lines_fails(self):
+        self.assertEqual(gate.unittest_counts("Traceback ...\nImportError: x\n", 1), (0, 1, 0))
+        self.assertEqual(gate.unittest_counts("Ran 1 test in 1s\n\nOK\n", -11), (0, 1, 0))
+
+    def test_runs_apart_from_the_gates_process(self):
+        with mock.patch.object(gate.subprocess, "run") as run:
+            run.return_value = subprocess.CompletedProcess([], 0, "Ran 1 test in 0s\n\nOK\n")
+            with mock.patch("builtins.print"):
+                result = gate.tool_tests(lambda line: None)
+        command = run.call_args.args[0]
+        self.assertEqual(command[:4], [sys.executable, "-m", "unittest", "discover"])
+        self.assertEqual((result.passed, result.failed), (1, 0))
