@@ -14,6 +14,7 @@ the same command and is a hit.
 """
 
 import fnmatch
+import itertools
 import json
 import os
 import platform
@@ -285,7 +286,7 @@ def ninja(command: str, build_dir: Path, jobs: int) -> int:
     output, done, finished = [], 0, None
     with subprocess.Popen([command, "-C", str(build_dir), f"-j{jobs}"], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
-        for line in [*proc.stdout, ""]:
+        for line in itertools.chain(proc.stdout, [""]):  # "": the last TU's verdict
             output.append(line)
             if finished and line.startswith("FAILED:"):
                 print(f"overlay build: FAILED to compile {finished}", flush=True)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 import unittest.mock
 from pathlib import Path
@@ -881,6 +882,17 @@ class NinjaProgressTest(unittest.TestCase):
             out.getvalue().splitlines(),
             ["overlay build: compiled 1/2 TUs: a.cpp", "overlay build: compiled 2/2 TUs: b.cpp"],
         )
+
+    def test_a_line_as_each_finishes_not_at_the_end(self):
+        script, tmp = self.fake_ninja(0)
+        Path(script).write_text(Path(script).read_text().replace("exit 0\n", "sleep 1; exit 0\n"))
+        printed = []
+        with unittest.mock.patch(
+            "builtins.print", lambda *a, **k: printed.append(time.monotonic())
+        ):
+            compile.ninja(script, tmp, 2)
+            returned = time.monotonic()
+        self.assertLess(printed[0], returned - 0.5)  # a.cpp's line before ninja's last second
 
     def test_a_failed_compile_shows_the_compiler_output(self):
         script, tmp = self.fake_ninja(1)
