@@ -1,6 +1,7 @@
 // PR 5's AVX512 float tanh (Vectorized<float>::tanh in vec512_float.h), modelled lane by lane in
-// scalar C: each vector operation is one IEEE operation per lane (vminps, vpsrld, vpsubd,
-// vpmaxsd, vpermt2ps: a table read at the index's low 5 bits, vsubps, vfmadd: fmaf), so a
+// scalar C: each vector operation is one IEEE operation per lane (vrangeps: the smaller
+// magnitude, vpsrld, vpsubusw: a subtraction with a floor at 0, vpermt2ps: a table read at the
+// index's low 5 bits, vsubps, vfmadd: fmaf, vblendmps: d in p0's place on interval 0), so a
 // lane's result is the kernel's bit for bit. Over every non-negative float (the negative
 // half through the same sign handling): the worst error in ULP against float64 tanh
 // rounded to float (exact below 2^-12 and from 12 on, as stacktool/tanh_accuracy.py),
@@ -18,13 +19,15 @@ static inline float as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
 static inline uint32_t as_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 static float tanh_abs(float abs_x) {
-  const float a = (isnan(abs_x) || !(SATURATION < abs_x)) ? abs_x : SATURATION;  // vminps
+  const float a = (isnan(abs_x) || !(SATURATION < abs_x)) ? abs_x : SATURATION;  // vrangeps
   int32_t i = (int32_t)(as_bits(a) >> SHIFT) - FIRST_INDEX;
-  i = (i < 0 ? 0 : i) & 31;
+  i = i < 0 ? 0 : i;  // vpsubusw
+  const int first = i == 0;  // vptestnmd
+  i &= 31;
   const float d = a - kTanhIntervals[0][i];
   float q = kTanhIntervals[7][i];
   for (int r = 6; r >= 3; --r) q = fmaf(q, d, kTanhIntervals[r][i]);
-  return fmaf(fmaf(q, d, kTanhIntervals[2][i]), d, fmaf(d, kTanhIntervals[8][i], kTanhIntervals[1][i]));
+  return fmaf(fmaf(q, d, kTanhIntervals[2][i]), d, first ? d : kTanhIntervals[1][i]);
 }
 
 static float tanh_float(float x) {

@@ -31,12 +31,12 @@ def header(kernel_source: str) -> str:
     """The model's table.h: the kernel's table and constants."""
     rows = tanh_table.in_source(kernel_source)
     saturation, bits = SATURATION.search(kernel_source), PART_BITS.search(kernel_source)
-    if saturation is None or bits is None or len(rows) != 9:
+    if saturation is None or bits is None or len(rows) != 8:
         raise ValueError(f"{KERNEL}: no AVX512 tanh table and constants of the modelled form")
     part_bits = int(bits.group(1))
     table = ",\n".join("{" + ", ".join(v.hex() + "f" for v in row) + "}" for row in rows)
     return (
-        f"static const float kTanhIntervals[9][32] = {{\n{table}}};\n"
+        f"static const float kTanhIntervals[8][32] = {{\n{table}}};\n"
         f"#define SATURATION {saturation.group(1)}f\n"
         f"#define SHIFT {23 - part_bits}\n"
         f"#define FIRST_INDEX {((127 + tanh_table.FIRST_BINADE) << part_bits) - 1}\n"

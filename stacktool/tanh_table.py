@@ -6,9 +6,10 @@ mantissa bits. |x| is clamped at SATURATION, the first float whose tanh rounds t
 then lies in interval 29 (30 and 31 give 1 and are reached by no input). On interval i,
 tanh(a) = p_i(a - c_i), p_i of degree 6. Each c_i is the float within 4096 steps of the
 middle of its interval whose tanh is nearest a float, that float being p_i(0); interval 0
-has c = 0, p(0) = 0, p'(0) = 1. The other coefficients come from least squares on Chebyshev
-nodes weighted by 1/ULP(tanh) (Lawson's iteration towards minimax in ULPs), rounded to float
-one at a time from the lowest degree, the higher ones fitted again after each.
+has c = 0, p(0) = 0, p'(0) = 1 (the kernel adds d in p0's place there, its p1 being 0). The
+other coefficients come from least squares on Chebyshev nodes weighted by 1/ULP(tanh)
+(Lawson's iteration towards minimax in ULPs), rounded to float one at a time from the lowest
+degree, the higher ones fitted again after each.
 
 Deterministic: tanh at the nodes comes from mpmath (pure Python), the fits from Python
 floats (IEEE arithmetic, no BLAS), so every machine makes the same table bitwise; the test
@@ -111,15 +112,16 @@ def fma(a: float, b: float, c: float) -> float:
     return round_f32(Fraction(a) * Fraction(b) + Fraction(c))
 
 
-def evaluate(column: list[float], a: float) -> float:
-    """The kernel's result for |x| = a on an interval's column [c, p0, ..., p6, e], operation by
-    operation as vec512_float.h's tanh (and its tests' model) evaluates it."""
-    c, p0, p1, *higher, e = column
+def evaluate(column: list[float], a: float, first: bool = False) -> float:
+    """The kernel's result for |x| = a on an interval's column [c, p0, ..., p6] (`first`:
+    interval 0's), operation by operation as vec512_float.h's tanh (and its tests' model)
+    evaluates it."""
+    c, p0, p1, *higher = column
     d = round_f32(Fraction(a) - Fraction(c))
     q = higher[-1]
     for p in reversed(higher[:-1]):
         q = fma(q, d, p)
-    return fma(fma(q, d, p1), d, fma(d, e, p0))
+    return fma(fma(q, d, p1), d, d if first else p0)
 
 
 def solve(rows: list[list[float]], rhs: list[float]) -> list[float]:
@@ -178,7 +180,7 @@ def interval(i: int) -> list[float]:
     """[c, p0, ..., p6] of interval i, each a float32."""
     lo, hi = bounds(i)
     if i > 29:  # reached by no input (|x| <= SATURATION): tanh is 1
-        return [f32(lo + (hi - lo) / 2), 1.0] + [0.0] * (DEGREE + 1)
+        return [f32(lo + (hi - lo) / 2), 1.0] + [0.0] * DEGREE
     c, p0 = (0.0, 0.0) if i == 0 else centre(lo, hi)
     fixed = [p0] + ([1.0] if i == 0 else [])  # interval 0: p1 = 1, split off below
     xs = [
@@ -195,16 +197,16 @@ def interval(i: int) -> list[float]:
             v - sum(p * d**k for k, p in enumerate(fixed)) for v, d in zip(values, ds, strict=True)
         ]
         fixed.append(f32(fit(ds, rest, weights, DEGREE + 1 - len(fixed))[0]))
-    column = [c, *fixed, 0.0]
+    column = [c, *fixed]
     if hi == SATURATION and evaluate(column, hi) != 1.0:
         raise ValueError(f"interval {i} does not give 1 at {hi!r}")
-    if i == 0:  # the kernel adds d itself, exactly (the `e` row): d + d * (d * q(d))
-        return [c, fixed[0], 0.0, *fixed[2:], 1.0]
+    if i == 0:  # the kernel adds d itself, exactly, in p0's place: d + d * (d * q(d))
+        return [c, fixed[0], 0.0, *fixed[2:]]
     return column
 
 
 def table() -> list[list[float]]:
-    """kTanhIntervals: 9 rows (c, p0, ..., p6, e) of INTERVALS floats."""
+    """kTanhIntervals: 8 rows (c, p0, ..., p6) of INTERVALS floats."""
     columns = [interval(i) for i in range(INTERVALS)]
     return [list(row) for row in zip(*columns, strict=True)]
 
@@ -219,7 +221,7 @@ def literal(value: float) -> str:
 
 def cpp(rows: list[list[float]]) -> str:
     """The table's rows as C++ initialiser lines, four to a line, the rows named."""
-    names = ["c", *(f"p{k}" for k in range(DEGREE + 1)), "e"]
+    names = ["c", *(f"p{k}" for k in range(DEGREE + 1))]
     lines = []
     for name, row in zip(names, rows, strict=True):
         lines.append(f"    // {name}")
