@@ -25,7 +25,6 @@ from stacktool.config import Layout
 SUMMARY = re.compile(
     r"^=+ (.*\d+ (?:passed|failed|skipped|error|errors|deselected).*) in [\d.]+s.* =+$", re.M
 )
-RERUNS = re.compile(r"(\d+) rerun")
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)\b")
 
 
@@ -160,26 +159,21 @@ def execute(
         failed, note = 1, "ran no test"
     else:
         note = f"{seconds:.0f} s"
-    reruns = sum(int(n) for n in RERUNS.findall(" ".join(SUMMARY.findall(output))))
-    if reruns:  # pytest-rerunfailures ran a failed test again (Suite.reruns) and it passed
-        note += f"; {reruns} rerun"
     return Result(name, passed, failed, skipped, note), output
 
 
 def show(layout: Layout, result: Result | list[Result], output: str, log) -> Result | list[Result]:
     """Print a finished check (or a batch's checks): the output if one failed, then a line of
-    counts for each. The output of a check that failed or passed on a rerun (a hung rank's
-    traceback, say) is kept in build/test-logs, named after the first such check."""
+    counts for each. The output of a failed check is kept in build/test-logs, named after
+    the first one."""
     results = result if isinstance(result, list) else [result]
     failed = [r for r in results if r.failed]
-    kept = failed or [r for r in results if RERUNS.search(r.note)]
-    if kept:
-        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", kept[0].name) + ".log")
+    if failed:
+        log_path = layout.build / "test-logs" / (re.sub(r"\W+", "_", failed[0].name) + ".log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(output)
-        if failed:
-            print(output[-6000:])
-        for r in kept:
+        print(output[-6000:])
+        for r in failed:
             r.note += f"; log: {log_path}"
             r.log = log_path
     for r in results:

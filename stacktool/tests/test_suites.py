@@ -49,10 +49,6 @@ class SuiteCommandTest(unittest.TestCase):
              "--deselect", "test/test_x.py::T::test_a", "--deselect", "test/test_x.py::T::test_b"],
         )  # fmt: skip
 
-    def test_reruns_as_upstreams_runner_on_ci(self):
-        suite = Suite("x", "test/test_x.py", "attn", reruns=2)
-        self.assertEqual(suite.command()[-2:], ["--reruns=2", "-s"])
-
     def test_whole_file(self):
         self.assertEqual(Suite("x", "test/test_x.py").command(), ["-m", "pytest", "test/test_x.py"])
 
@@ -451,11 +447,6 @@ class RunSuiteTest(unittest.TestCase):
         self.assertNotIn("CI", env)
         self.assertEqual(env["PYTORCH_TEST_WITH_INDUCTOR"], "1")
 
-    def test_a_rerun_is_said(self):
-        result = self.run_script("print('==== 2 passed, 1 rerun in 0.1s ====')")
-        self.assertEqual((result.passed, result.failed), (2, 0))
-        self.assertRegex(result.note, r"; 1 rerun; log: .*/test-logs/t\.log$")
-
     def test_runner_failing_without_a_test_failing_counts(self):
         result = self.run_script("print('==== 2 passed in 0.1s ===='); raise SystemExit(3)")
         self.assertEqual((result.passed, result.failed), (2, 1))
@@ -535,16 +526,6 @@ class RunAllTest(unittest.TestCase):
         self.assertNotIn("not shown", out)
         self.assertIn("log: ", results[0].note)
         self.assertEqual(len(lines), 3)
-
-    def test_a_rerun_checks_output_is_kept_not_shown(self):
-        tasks = [Task("flaky", lambda processes: (Result("flaky", 2, note="9 s; 1 rerun"),
-                                                  "rank 3 timed out with traceback\n")),
-                 Task("good", lambda processes: (Result("good", 1, note="1 s"), "ok"))]  # fmt: skip
-        results, out, lines = self.run_all(tasks)
-        self.assertNotIn("timed out", out)
-        self.assertIn("1 rerun; log: ", lines[0] if "flaky" in lines[0] else lines[1])
-        self.assertEqual(results[0].log.read_text(), "rank 3 timed out with traceback\n")
-        self.assertIsNone(results[1].log)
 
     def test_an_interrupt_stops_what_runs_and_starts_nothing_more(self):
         """Ctrl-C reaches the main thread (here: as the first check is shown); cli has stopped
