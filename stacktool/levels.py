@@ -212,9 +212,10 @@ SUITES = (
     Suite("inductor/test_torchinductor_opinfo", "test/inductor/test_torchinductor_opinfo.py",
           "attn", levels=(4, 6), alone=LONG, seconds=155),
     Suite("distributed/_tensor/test_matrix_ops", "test/distributed/_tensor/test_matrix_ops.py",
-          "attn", levels=(4,), seconds=5,
+          "attn", levels=(4, 6), seconds=5,
           why="PR 4's DTensor strategies, forward and backward, on upstream's multi-threaded "
-          "process group (DTensorOpTestBase)",
+          "process group (DTensorOpTestBase); at PR 6 its eager backward, which keeps PR 4's "
+          "path for subclasses",
           alone="its ranks are threads, whose CommDebugMode races on v2.6.0's module-global "
           "dispatch-mode flags: one left set stops torch.compile in later files of its process"),
     Suite("test_flop_counter", "test/test_flop_counter.py", "attn", levels=(4, 6)),
