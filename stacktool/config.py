@@ -144,7 +144,12 @@ class Layout:
         """
         tree = self.fork.parent.name if self.tree else "pytorch"
         name = f"{capability or 'native'}-{self.headers_key()}"
-        return self.build / "inductor-cache" / tree / name
+        return self.inductor_caches / tree / name
+
+    @property
+    def inductor_caches(self) -> Path:
+        """Where every tree's inductor_cache folders are."""
+        return self.build / "inductor-cache"
 
     def headers_key(self) -> str:
         """A digest of the headers the overlay build laid over the wheel's in the tree's

@@ -29,7 +29,7 @@ from stacktool.errors import StackError
 from stacktool.git import git
 from stacktool.overlay import load
 from stacktool.overlay.generate import write_if_changed
-from stacktool.suites import Result
+from stacktool.suites import PCH_STORE, Result
 
 
 def tool_tests(log) -> Result:
@@ -194,6 +194,7 @@ def run(layout: Layout, log, build) -> int:
         finally:
             warming.result()  # before the stop: a daemon it started after would outlive the run
             stop_daemons(layout, log)
+            remove_precompiled_headers(layout)
 
 
 def warm_lint(layout: Layout, log) -> None:
@@ -241,6 +242,13 @@ def stop_daemons(layout: Layout, log) -> None:
     for tree in trees:
         if lint.stop_daemon(layout, tree):
             log(f"stopped mypy's daemon in {tree.relative_to(layout.root)}")
+
+
+def remove_precompiled_headers(layout: Layout) -> None:
+    """The precompiled headers of inductor's kernels the run's tests made (suites.PCH_STORE,
+    120 MB each, stacktool/inductor_pch.py): the next run makes them again, in seconds."""
+    for store in layout.inductor_caches.glob(f"*/*/{PCH_STORE}"):
+        shutil.rmtree(store, ignore_errors=True)
 
 
 def lint_levels(layout: Layout, log, build, only: int | None) -> int:

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from stacktool import inductor_pch
 from stacktool.config import Layout
 
 SUMMARY = re.compile(
@@ -61,6 +62,7 @@ def pytest_counts(output: str) -> tuple[int, int, int]:
 # (level 5) and never inherits them from the shell that started it.
 KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "ATEN_CPU_FLOAT_TANH")
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # set per tree and capability, see suite_env
+PCH_STORE = "pch"  # in it: the precompiled headers (removed by the gate when it ends)
 WORKERS = max(1, min(2, os.cpu_count() or 1))  # suites at a time: two, as on CI's 2-core jobs
 # Two suites at a time, each torch with a thread per core: an OpenMP thread that waits for
 # work sleeps instead of spinning, so that it does not hold the core the other process (or
@@ -74,7 +76,8 @@ def suite_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, 
     """This process's environment without CI (nor KERNEL_CHOICE), with QUIET_THREADS, what
     the venv's Python needs to import `layout`'s torch and `extra` set, and torch.compile's
     cache of its own for the tree and ATEN_CPU_CAPABILITY (Layout.inductor_cache), never the
-    shell's.
+    shell's, its kernels compiled with their prefix header precompiled into PCH_STORE there
+    (stacktool/inductor_pch.py).
 
     Without CI set, upstream's runners print their results instead of writing them to report
     files, and do not try to download CI's lists of slow and disabled tests.
@@ -82,7 +85,7 @@ def suite_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, 
     env = {k: v for k, v in os.environ.items() if k != "CI" and k not in KERNEL_CHOICE}
     env.update({**QUIET_THREADS, **layout.python_env, **(extra or {})})
     cache = layout.inductor_cache(env.get("ATEN_CPU_CAPABILITY"))
-    return {**env, INDUCTOR_CACHE: str(cache)}
+    return {**env, INDUCTOR_CACHE: str(cache), **inductor_pch.environment(cache / PCH_STORE, env)}
 
 
 class Stopped(Exception):
