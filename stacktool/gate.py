@@ -194,7 +194,7 @@ def run(layout: Layout, log, build) -> int:
         finally:
             warming.result()  # before the stop: a daemon it started after would outlive the run
             stop_daemons(layout, log)
-            remove_precompiled_headers(layout)
+            remove_precompiled_headers(layout, log)
 
 
 def warm_lint(layout: Layout, log) -> None:
@@ -244,11 +244,15 @@ def stop_daemons(layout: Layout, log) -> None:
             log(f"stopped mypy's daemon in {tree.relative_to(layout.root)}")
 
 
-def remove_precompiled_headers(layout: Layout) -> None:
+def remove_precompiled_headers(layout: Layout, log) -> None:
     """The precompiled headers of inductor's kernels the run's tests made (suites.PCH_STORE,
     120 MB each, stacktool/inductor_pch.py): the next run makes them again, in seconds."""
+    made = [path.stat().st_size for path in layout.inductor_caches.glob(f"*/*/{PCH_STORE}/*.gch")]
     for store in layout.inductor_caches.glob(f"*/*/{PCH_STORE}"):
         shutil.rmtree(store, ignore_errors=True)
+    if made:
+        log(f"removed the {len(made)} precompiled headers inductor's kernels took "
+            f"({sum(made) / 1e6:.0f} MB)")  # fmt: skip
 
 
 def lint_levels(layout: Layout, log, build, only: int | None) -> int:

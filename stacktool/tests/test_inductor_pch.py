@@ -113,8 +113,10 @@ class ShimTest(unittest.TestCase):
         (cache / "pch").mkdir(parents=True)
         (cache / "pch" / "a.gch").write_text("")
         (cache / "ab").mkdir()
-        gate.remove_precompiled_headers(layout)
+        said = []
+        gate.remove_precompiled_headers(layout, said.append)
         self.assertEqual([p.name for p in cache.iterdir()], ["ab"])
+        self.assertEqual(said, ["removed the 1 precompiled headers inductor's kernels took (0 MB)"])
 
 
 if __name__ == "__main__":
