@@ -246,12 +246,13 @@ def stop_daemons(layout: Layout, log) -> None:
 
 def remove_precompiled_headers(layout: Layout, log) -> None:
     """The precompiled headers of inductor's kernels the run's tests made (suites.PCH_STORE,
-    120 MB each, stacktool/inductor_pch.py): the next run makes them again, in seconds."""
+    about 120 MB each, stacktool/inductor_pch.py), and those of `./stack sanitize` runs
+    since the last: the next run makes them again, in seconds."""
     made = [path.stat().st_size for path in layout.inductor_caches.glob(f"*/*/{PCH_STORE}/*.gch")]
     for store in layout.inductor_caches.glob(f"*/*/{PCH_STORE}"):
         shutil.rmtree(store, ignore_errors=True)
     if made:
-        log(f"removed the {len(made)} precompiled headers inductor's kernels took "
+        log(f"removed the {len(made)} precompiled header(s) inductor's kernels took "
             f"({sum(made) / 1e6:.0f} MB)")  # fmt: skip
 
 

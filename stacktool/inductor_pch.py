@@ -4,17 +4,18 @@ Inductor writes each CPU kernel as a C++ file whose first line includes its pref
 (torch/_inductor/codegen/cpp_prefix.h, copied into its cache: at::vec, c10, 181,000 lines
 preprocessed) and compiles it with g++, as many times as the tests compile a graph. Parsing
 that header is most of each compile: a tanh kernel took 1.98 s, 0.82 s with the header
-precompiled; level 5's inductor OpInfo tests at avx2 85 s, 51 s (Zen 4). Upstream
+precompiled; level 5's inductor OpInfo tests at avx2, run alone, 85 s, 51 s (Zen 4). Upstream
 precompiles the same header, after v2.6.0, in cpp_wrapper and AOTInductor mode (#144293).
 
 The gate's test processes get CXX = stacktool/bin/g++ (`environment`; named g++ because
 inductor tells GCC by the name), which runs `main`: it precompiles the header a source
-includes first, once per header text and compile options, into the store (beside the
-tree's inductor cache: a header change gets another store), and links it beside the
+includes first, once per compiler, header text and compile options, into the store (in
+the tree's inductor cache: a header change gets another store), and links it beside the
 header as `HEADER.gch/KEY.gch`, GCC's own place for a header's precompiled variants. GCC
 takes one only where it is valid for the compile's options, and parses the header as
-always otherwise: the compiled kernel is the same. Then it runs g++ with the arguments
-unchanged. A failure to precompile only leaves the compile as it was.
+always otherwise: the compiled kernel is the same (inductor passes no -g, whose debug
+information would name the header the precompiled one was made from). Then it runs g++
+with the arguments unchanged. A failure to precompile only leaves the compile as it was.
 """
 
 import fcntl
@@ -27,7 +28,7 @@ import sys
 from pathlib import Path
 
 SHIM = Path(__file__).resolve().parent / "bin" / "g++"
-COMPILER = "STACK_PCH_CXX"  # the compiler the shim runs (the one CXX named before, or g++)
+COMPILER = "STACK_PCH_CXX"  # the compiler the shim runs (the g++ CXX named before, or g++)
 STORE = "STACK_PCH_STORE"  # where the precompiled headers go
 PYTHON = "STACK_PCH_PYTHON"  # the shim's Python: this one (a pyenv shim takes 50 ms more)
 # A kernel's first line: `#include "/abs/path/to/its/prefix.h"` (codecache.cpp_prefix()).
@@ -38,13 +39,14 @@ OUTPUT, DROPPED, LINKING = "-o", ("-shared", "-c"), ("-l", "-L", "-Wl,")
 
 def environment(store: Path, inherited: dict[str, str]) -> dict[str, str]:
     """The variables that give a test process the shim, precompiling into `store`; none
-    where CXX names a compiler other than GCC's (the shim makes only GCC's .gch files)."""
+    where CXX names another compiler than g++: the shim makes GCC's .gch files, and
+    inductor tells GCC by the name (with CXX=c++ it would pass other flags through it)."""
     compiler = inherited.get("CXX", "g++")
     found = shutil.which(compiler)
     if found and Path(found).resolve() == SHIM:  # a process the gate started: its compiler
         compiler = inherited.get(COMPILER, "g++")
         found = shutil.which(compiler)
-    if os.path.basename(compiler) not in ("g++", "c++") or not found:
+    if os.path.basename(compiler) != "g++" or not found:
         return {}
     return {"CXX": str(SHIM), COMPILER: compiler, STORE: str(store), PYTHON: sys.executable}
 
@@ -64,9 +66,11 @@ def header_flags(args: list[str], source: str) -> list[str]:
 
 def precompile(compiler: str, store: Path, header: Path, flags: list[str]) -> Path | None:
     """The header precompiled with `flags` in `store` (made once, under a lock: the gate's
-    two workers may compile at once); None if GCC could not."""
-    text = header.read_bytes()
-    key = hashlib.sha256(b"\0".join([compiler.encode(), text, *map(str.encode, flags)]))
+    two workers may compile at once); None if GCC could not. The key names the compiler's
+    file and its time too: another GCC's precompiled header would never be taken."""
+    found = Path(shutil.which(compiler) or compiler).resolve()
+    identity = f"{found}\0{found.stat().st_mtime_ns}".encode()
+    key = hashlib.sha256(b"\0".join([identity, header.read_bytes(), *map(str.encode, flags)]))
     name = key.hexdigest()[:16]
     made = store / f"{name}.gch"
     if made.exists():
@@ -76,10 +80,9 @@ def precompile(compiler: str, store: Path, header: Path, flags: list[str]) -> Pa
         fcntl.flock(lock, fcntl.LOCK_EX)
         if made.exists():
             return made
-        copy, partial = store / f"{name}.h", store / f"{name}.gch.partial"
-        copy.write_bytes(text)
-        proc = subprocess.run([compiler, *flags, "-x", "c++-header", str(copy), "-o", str(partial)],
-                              capture_output=True)  # fmt: skip
+        partial = store / f"{name}.gch.partial"
+        command = [compiler, *flags, "-x", "c++-header", str(header), "-o", str(partial)]
+        proc = subprocess.run(command, capture_output=True)
         if proc.returncode != 0:
             partial.unlink(missing_ok=True)
             return None
@@ -117,13 +120,15 @@ def prepare(compiler: str, store: Path, args: list[str]) -> None:
 
 
 def main(args: list[str]) -> None:
-    """The shim: prepare the precompiled header, then become the compiler."""
-    compiler = os.environ.get(COMPILER, "g++")
-    store = os.environ.get(STORE)
+    """The shim: prepare the precompiled header, then become the compiler. Its variables
+    are not passed on: a compiler that is a shim again (another checkout's) runs g++."""
+    compiler = os.environ.pop(COMPILER, "g++")
+    store = os.environ.pop(STORE, None)
+    os.environ.pop(PYTHON, None)
     if store:
         try:
             prepare(compiler, Path(store), args)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a path Python cannot pass on
             pass  # the compile goes on without it
     os.execvp(compiler, [compiler, *args])
 

@@ -29,24 +29,28 @@ class HeaderFlagsTest(unittest.TestCase):
                           "-I/t/torch/include"])  # fmt: skip
 
 
+def which(name: str) -> str:
+    """shutil.which on a machine with g++, clang++ and c++ in /usr/bin."""
+    return name if name.startswith("/") else f"/usr/bin/{name}"
+
+
+@mock.patch.object(inductor_pch.shutil, "which", which)
 class EnvironmentTest(unittest.TestCase):
     def test_gcc_gets_the_shim_and_another_compiler_keeps_its_own(self):
         env = inductor_pch.environment(Path("/s"), {})
         self.assertEqual((env["CXX"], env[inductor_pch.COMPILER], env[inductor_pch.STORE]),
                          (str(inductor_pch.SHIM), "g++", "/s"))  # fmt: skip
-        with mock.patch.object(inductor_pch.shutil, "which", return_value="/usr/bin/clang++"):
-            self.assertEqual(inductor_pch.environment(Path("/s"), {"CXX": "clang++"}), {})
+        # c++ too: inductor would take the shim's name for GCC's and pass GCC's flags
+        for other in ("clang++", "c++"):
+            self.assertEqual(inductor_pch.environment(Path("/s"), {"CXX": other}), {})
 
     def test_a_process_the_shim_is_cxx_of_keeps_the_compiler_behind_it(self):
-        inherited = {"CXX": str(inductor_pch.SHIM), inductor_pch.COMPILER: "c++"}
+        inherited = {"CXX": str(inductor_pch.SHIM), inductor_pch.COMPILER: "/opt/gcc/bin/g++"}
         env = inductor_pch.environment(Path("/s"), inherited)
-        self.assertEqual(env[inductor_pch.COMPILER], "c++")
+        self.assertEqual(env[inductor_pch.COMPILER], "/opt/gcc/bin/g++")
 
     def test_suite_env_stores_them_in_the_trees_inductor_cache(self):
-        with (
-            mock.patch.dict(os.environ, {"CXX": "g++"}),
-            mock.patch.object(inductor_pch.shutil, "which", return_value="/usr/bin/g++"),
-        ):
+        with mock.patch.dict(os.environ, {"CXX": "g++"}):
             env = suite_env(Layout(Path("/x")), {"ATEN_CPU_CAPABILITY": "avx2"})
         store = "/x/build/inductor-cache/pytorch/avx2-wheel/pch"
         self.assertEqual((env["CXX"], env[inductor_pch.STORE]), (str(inductor_pch.SHIM), store))
@@ -84,8 +88,28 @@ class ShimTest(unittest.TestCase):
     def test_other_options_get_a_header_of_their_own(self):
         kernel = KERNEL.format(header=self.header)
         self.compile(kernel)
-        self.assertEqual(self.compile(kernel, "-DOTHER=1").returncode, 0)
+        proc = self.compile(kernel, "-DOTHER=1")
+        self.assertIn(f"! {self.header}.gch/", proc.stderr)
         self.assertEqual(len(list(self.store.glob("*.gch"))), 2)
+
+    def test_the_object_is_the_one_g_plus_plus_makes_alone(self):
+        kernel = KERNEL.format(header=self.header)
+        self.assertIn("!", self.compile(kernel).stderr)
+        shim = (self.dir / "k.o").read_bytes()
+        subprocess.run([GXX, str(self.dir / "k.cpp"), "-DN=1", "-O2", "-c", "-o",
+                        str(self.dir / "alone.o")], check=True)  # fmt: skip
+        self.assertEqual(shim, (self.dir / "alone.o").read_bytes())
+
+    def test_a_compiler_that_is_another_shim_runs_gcc_not_itself(self):
+        copy = self.dir / "other" / "stacktool"
+        shutil.copytree(inductor_pch.SHIM.parent.parent, copy,
+                        ignore=shutil.ignore_patterns("tests", "__pycache__"))  # fmt: skip
+        env = {**os.environ, **inductor_pch.environment(self.store, {}),
+               inductor_pch.COMPILER: str(copy / "bin" / "g++")}  # fmt: skip
+        proc = subprocess.run([str(inductor_pch.SHIM), "--version"], env=env, timeout=30,
+                              capture_output=True, text=True)  # fmt: skip
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("Free Software Foundation", proc.stdout)
 
     def test_a_link_left_by_a_removed_store_is_made_again(self):
         kernel = KERNEL.format(header=self.header)
@@ -116,7 +140,9 @@ class ShimTest(unittest.TestCase):
         said = []
         gate.remove_precompiled_headers(layout, said.append)
         self.assertEqual([p.name for p in cache.iterdir()], ["ab"])
-        self.assertEqual(said, ["removed the 1 precompiled headers inductor's kernels took (0 MB)"])
+        self.assertEqual(
+            said, ["removed the 1 precompiled header(s) inductor's kernels took (0 MB)"]
+        )
 
 
 if __name__ == "__main__":
