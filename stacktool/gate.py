@@ -248,8 +248,9 @@ def remove_precompiled_headers(layout: Layout, log) -> None:
     """The precompiled headers of inductor's kernels the run's tests made (suites.PCH_STORE,
     about 120 MB each, stacktool/inductor_pch.py), and those of `./stack sanitize` runs
     since the last: the next run makes them again, in seconds."""
-    made = [path.stat().st_size for path in layout.inductor_caches.glob(f"*/*/{PCH_STORE}/*.gch")]
+    made = []
     for store in layout.inductor_caches.glob(f"*/*/{PCH_STORE}"):
+        made += [path.stat().st_size for path in store.glob("*.gch")]
         shutil.rmtree(store, ignore_errors=True)
     if made:
         log(f"removed the {len(made)} precompiled header(s) inductor's kernels took "

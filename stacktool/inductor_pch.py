@@ -4,8 +4,9 @@ Inductor writes each CPU kernel as a C++ file whose first line includes its pref
 (torch/_inductor/codegen/cpp_prefix.h, copied into its cache: at::vec, c10, 181,000 lines
 preprocessed) and compiles it with g++, as many times as the tests compile a graph. Parsing
 that header is most of each compile: a tanh kernel took 1.98 s, 0.82 s with the header
-precompiled; level 5's inductor OpInfo tests at avx2, run alone, 85 s, 51 s (Zen 4). Upstream
-precompiles the same header, after v2.6.0, in cpp_wrapper and AOTInductor mode (#144293).
+precompiled; level 5's inductor OpInfo tests at avx2, alone, back to back, 91 s, 68 s
+(Zen 4). Upstream precompiles the same header, after v2.6.0, in cpp_wrapper and
+AOTInductor mode (#144293).
 
 The gate's test processes get CXX = stacktool/bin/g++ (`environment`; named g++ because
 inductor tells GCC by the name), which runs `main`: it precompiles the header a source
