@@ -147,6 +147,12 @@ class Layout:
         return self.inductor_caches / tree / name
 
     @property
+    def pycache(self) -> Path:
+        """The bytecode of every module the tool's Python processes import (suites.suite_env's
+        PYTHONPYCACHEPREFIX): below it, each source's absolute path, so trees never share."""
+        return self.build / "pycache"
+
+    @property
     def inductor_caches(self) -> Path:
         """Where every tree's inductor_cache folders are."""
         return self.build / "inductor-cache"

@@ -436,6 +436,23 @@ class RunSuiteTest(unittest.TestCase):
                                  Path("/x/build/inductor-cache/level-6/avx2-wheel"),
                                  Path("/x/build/inductor-cache/pytorch/native-wheel")])  # fmt: skip
 
+    def test_suite_env_writes_bytecode_to_one_folder_outside_the_trees(self):
+        """A shell's PYTHONDONTWRITEBYTECODE=1 is dropped: a module a suite's process imports
+        is compiled once, into build/pycache below its path, never beside it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp).resolve()
+            (root / "module.py").write_text("VALUE = 1\n")
+            with mock.patch.dict(os.environ, {"PYTHONDONTWRITEBYTECODE": "1"}):
+                env = suite_env(Layout(root))
+            self.assertNotIn("PYTHONDONTWRITEBYTECODE", env)
+            self.assertEqual(env["PYTHONPYCACHEPREFIX"], str(root / "build" / "pycache"))
+            subprocess.run([sys.executable, "-c", "import module"], cwd=root, env=env, check=True)
+            cached = list((root / "build" / "pycache").rglob("module.*.pyc"))
+            self.assertEqual(
+                [p.parent for p in cached], [root / "build" / "pycache" / root.relative_to("/")]
+            )
+            self.assertFalse((root / "__pycache__").exists())
+
     def test_suite_env_has_waiting_openmp_threads_sleep(self):
         with mock.patch.dict(os.environ, {"OMP_WAIT_POLICY": "ACTIVE"}):
             self.assertEqual(suite_env(Layout(Path("/x")))["OMP_WAIT_POLICY"], "PASSIVE")
