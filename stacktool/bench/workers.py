@@ -9,7 +9,7 @@ from pathlib import Path
 
 from stacktool.bench.common import say
 from stacktool.config import Layout
-from stacktool.suites import INDUCTOR_CACHE
+from stacktool.suites import INDUCTOR_CACHE, NO_BYTECODE, PYCACHE
 
 # Every worker is CPU-only. torch.utils.cpp_extension (imported by torch.utils.benchmark,
 # inductor and upstream's test utilities) looks for a CUDA toolkit when imported and, finding
@@ -21,10 +21,11 @@ WORKER_ENV = {"CUDA_HOME": "", "CUDA_PATH": ""}
 def spawn(layout: Layout, *args: str, env: dict[str, str | None] | None = None) -> bool:
     """Run a worker under the venv's Python; its stderr (progress, tracebacks) shows live.
     `env` adds to this process's environment; a None value removes the variable. torch.compile
-    caches in the tree's own folder for the worker's ATEN_CPU_CAPABILITY (as suites.suite_env),
-    never the shell's, unless `env` names one."""
+    caches in the tree's own folder for the worker's ATEN_CPU_CAPABILITY and its bytecode goes
+    to Layout.pycache (as suites.suite_env), never the shell's, unless `env` names one."""
     cache = (env or {}).get(INDUCTOR_CACHE)
-    env = {**os.environ, **layout.python_env, **WORKER_ENV, **(env or {})}
+    bytecode = {NO_BYTECODE: None, PYCACHE: str(layout.pycache)}
+    env = {**os.environ, **layout.python_env, **WORKER_ENV, **bytecode, **(env or {})}
     env = {name: value for name, value in env.items() if value is not None}
     env[INDUCTOR_CACHE] = cache or str(layout.inductor_cache(env.get("ATEN_CPU_CAPABILITY")))
     proc = subprocess.run(
