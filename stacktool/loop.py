@@ -16,7 +16,7 @@ import time
 from stacktool import config, fork, patches, venv, wheel
 from stacktool.config import Layout
 from stacktool.git import git
-from stacktool.suites import Processes, Result, Task
+from stacktool.suites import NO_BYTECODE, PYCACHE, Processes, Result, Task
 
 SECTION = "## Working on the stack"
 LEVEL = 2  # the scratch stack: PRs 1 and 2
@@ -82,8 +82,10 @@ def run(layout: Layout, processes: Processes) -> tuple[Result, str]:
     started = time.monotonic()
     scratch = scratch_project(layout)
     landed = patches.read(scratch.patches)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(IDENTITY)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", NO_BYTECODE)
+    }
+    env.update({**IDENTITY, PYCACHE: str(layout.pycache)})  # as suites.suite_env
     output, problem = "", ""
     readme_blocks = blocks((layout.root / "README.md").read_text())
     for n, block in enumerate(readme_blocks, start=1):
