@@ -148,8 +148,9 @@ class Layout:
 
     @property
     def pycache(self) -> Path:
-        """The bytecode of every module the tool's Python processes import (suites.suite_env's
-        PYTHONPYCACHEPREFIX): below it, each source's absolute path, so trees never share."""
+        """The bytecode of every module the gate's test processes, the bench's workers and the
+        README loop's blocks import (PYTHONPYCACHEPREFIX, see suites.suite_env): below it,
+        each source's absolute path, so trees never share."""
         return self.build / "pycache"
 
     @property
