@@ -70,7 +70,7 @@ WORKERS = max(1, min(2, os.cpu_count() or 1))  # suites at a time: two, as on CI
 # same. Level 5's test_unary_ufuncs and test_ops tanh selections side by side took 109-119 s
 # with it, 125-131 s without (Zen 3, 2 cores); each alone, 96-100 s either way.
 QUIET_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
-# Every process the gate starts imports the tree's torch, most of them upstream's test
+# Every test process the gate starts imports the tree's torch, most upstream's test
 # helpers too: 1,000 modules, which a shell's PYTHONDONTWRITEBYTECODE=1 (this sandbox sets
 # it) has each process compile again from source. Their bytecode goes to one folder instead
 # (Layout.pycache, nothing written into the trees), shared by the processes of every tree:

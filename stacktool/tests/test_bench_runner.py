@@ -238,7 +238,7 @@ class RunTest(unittest.TestCase):
 class SpawnTest(unittest.TestCase):
     def test_workers_write_bytecode_to_build_pycache_whatever_the_shell_says(self):
         """As suites.suite_env: a shell's PYTHONDONTWRITEBYTECODE=1 would have every worker
-        compile torch's modules again (the gate's bench smoke: 37-40 s, 23-31 s without)."""
+        compile torch's modules again (the bench smoke by hand: 37-40 s, 23-31 s without)."""
         with mock.patch.dict(os.environ, {"PYTHONDONTWRITEBYTECODE": "1"}), \
                 mock.patch.object(workers.subprocess, "run") as run:  # fmt: skip
             run.return_value.returncode = 0
