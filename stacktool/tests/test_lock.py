@@ -31,6 +31,7 @@ class LockTest(unittest.TestCase):
         root = str(Path(__file__).resolve().parents[2])
         proc = subprocess.Popen([sys.executable, "-c", HOLD.format(root=root, path=str(self.path))],
                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.addCleanup(proc.communicate)  # reaps it and closes its pipe
         self.addCleanup(proc.kill)
         self.assertEqual(proc.stdout.readline().strip(), "held")
         return proc
