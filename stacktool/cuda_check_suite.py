@@ -1,18 +1,20 @@
 """attn's OpInfo checks on CUDA, for the stack's C++ built as an extension op.
 
 Runs where the fork cannot (a GPU machine with another PyTorch): cuda_check.py puts
-the fork's Attn.cpp and Attn.h, FunctionsManual's attn_backward and attn_jvp, and
-the OpInfo's sample and error inputs beside this file. They are built unchanged
-against the installed torch as stack::attn and stack::_attn_backward, with an
-autograd.Function whose backward and jvp are FunctionsManual's functions, as
+the fork's Attn.cpp and Attn.h, FunctionsManual's attn_backward and attn_jvp, the
+OpInfo's sample and error inputs and attn's decomposition beside this file. They are
+built unchanged against the installed torch as stack::attn and stack::_attn_backward,
+with an autograd.Function whose backward and jvp are FunctionsManual's functions, as
 derivatives.yaml wires them. Off the CPU, attn and _attn_backward take exactly the
-fork's code. Not checked: the CPU kernel (a wheel exports neither DispatchStub's
-implementation nor cpublas::gemm, so CPU float and double have no kernel here), and
-the fork's own build (codegen, bindings, the Meta decomposition, torch.compile).
+fork's code. torch.compile gets what the fork gives it: the backward as the op's
+autograd kernel, the decomposition in inductor's table. Not checked: the CPU kernel
+(a wheel exports neither DispatchStub's implementation nor cpublas::gemm, so CPU
+float and double have no kernel here), and the fork's own build (codegen, bindings,
+the decomposition as Meta kernel, dynamo's handling of torch.attn).
 On the H200 image of 2026-11 (torch 2.11.0+cu130), CXX names /opt/gcc/bin/g++,
 whose extensions do not link libstdc++.so (no NEEDED entry): their number formatting
 mixes with the process's libstdc++ and crashes (SIGSEGV in test_errors). Build with
-the system compiler there: CXX=/usr/bin/g++ (10 of 10 pass).
+the system compiler there: CXX=/usr/bin/g++ (11 of 11 pass).
 
     python3 cuda_check_suite.py [DEVICE] [unittest args]      (default: cuda)
 """
@@ -30,6 +32,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.append(str(HERE / "site"))  # expecttest, where the machine has none
 
+from torch._inductor.decomposition import decompositions  # noqa: E402
+from torch._inductor.utils import run_and_get_code  # noqa: E402
 from torch.testing import make_tensor  # noqa: E402
 from torch.testing._internal.opinfo.core import ErrorInput, SampleInput  # noqa: E402
 from torch.utils import cpp_extension  # noqa: E402
@@ -208,6 +212,8 @@ opinfo = {
     "operator": operator,
 }
 exec((HERE / "attn_opinfo.py").read_text(), opinfo)
+decomp = {"torch": torch, "Tensor": torch.Tensor, "Tuple": tuple}
+exec((HERE / "attn_decomp.py").read_text(), decomp)
 
 
 class Attn(torch.autograd.Function):
@@ -238,6 +244,15 @@ class Attn(torch.autograd.Function):
             torch.zeros(n, dv, dtype=q.dtype, device=q.device) if output_t is None else output_t,
             torch.zeros(n, n, dtype=q.dtype, device=q.device) if attn_t is None else attn_t,
         )
+
+
+def forward_backward(fn, args, pick):
+    """fn's outputs (as pick takes them) and the inputs' grads for random output grads,
+    an unused input's as zeros (which compiled code returns where eager has None)."""
+    outs = pick(fn(*args))
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    grads = [torch.randn_like(out) for out in outs]
+    return outs, torch.autograd.grad(outs, args, grads, materialize_grads=True)
 
 
 def read_inputs(mask, q, k, v):
@@ -345,6 +360,46 @@ class TestAttnDevice(unittest.TestCase):
                 atol, rtol = TOL[dtype]
                 for g, w in zip(got, want, strict=True):
                     torch.testing.assert_close(g.to(wider), w, atol=atol * 10, rtol=rtol)
+
+    def compile_as_the_fork(self):
+        """attn as torch.compile sees it in the fork, for this test: differentiable with
+        Attn's backward (derivatives.yaml's; compile traces no forward AD), decomposed by
+        inductor (torch/_decomp's attn, in the fork's core ATen decompositions)."""
+        lib = torch.library.Library("stack", "FRAGMENT")
+        self.addCleanup(lib._destroy)
+        torch.library.register_autograd(
+            "stack::attn", Attn.backward, setup_context=Attn.setup_context, lib=lib
+        )
+        decompositions[torch.ops.stack.attn.default] = decomp["attn"]
+        self.addCleanup(decompositions.pop, torch.ops.stack.attn.default)
+        # Their keys do not cover the table: a graph cached without the decomposition
+        # (another process, an earlier run) would be taken as it is.
+        self.enterContext(torch._inductor.config.patch(fx_graph_cache=False))
+        self.enterContext(torch._functorch.config.patch(enable_autograd_cache=False))
+
+    def test_compiled_matches_eager(self):
+        """inductor's code for attn and its backward, compiled per sample (static shapes),
+        calls neither stack op (the decomposition forward; FunctionsManual's math
+        backward, as off the CPU kernel in the fork) and matches eager."""
+        self.compile_as_the_fork()
+        for dtype in (torch.float32, torch.bfloat16):
+            for sample in samples(dtype, requires_grad=True):
+                args = (sample.input, *sample.args)
+                run = partial(forward_backward, args=args, pick=sample.output_process_fn_grad)
+                shapes = [tuple(a.shape) for a in args]
+                with self.subTest(dtype=dtype, shapes=shapes):
+                    torch._dynamo.reset()
+                    compiled = torch.compile(
+                        torch.ops.stack.attn, backend="inductor", fullgraph=True, dynamic=False
+                    )
+                    torch.manual_seed(0)
+                    got, code = run_and_get_code(run, compiled)
+                    self.assertEqual(len(code), 2)  # the forward's and the backward's
+                    lines = [line for text in code for line in text.splitlines()]
+                    self.assertEqual([s for s in lines if "torch.ops.stack." in s], [])
+                    atol, rtol = TOL[dtype]
+                    torch.manual_seed(0)
+                    torch.testing.assert_close(got, run(Attn.apply), atol=atol, rtol=rtol)
 
     def test_attn_backward_device_checks(self):
         if DEVICE == "cpu":

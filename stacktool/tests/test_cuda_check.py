@@ -42,12 +42,25 @@ def error_inputs_attn(op_info, device, **kwargs):
     yield 2
 """
 
+DECOMP = """@register_decomposition(aten.attn.default)
+def attn(q, k, v):
+    return q, k
+
+
+def attn_other(q):
+    return q
+"""
+
 
 def fake_fork(root: Path, manual: str = MANUAL, opinfo: str = OPINFO) -> Path:
     for path in cuda_check.COPIED:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(f"// {path}\n")
-    for path, text in ((cuda_check.MANUAL, manual), (cuda_check.OPINFO, opinfo)):
+    for path, text in (
+        (cuda_check.MANUAL, manual),
+        (cuda_check.OPINFO, opinfo),
+        (cuda_check.DECOMP, DECOMP),
+    ):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
     expecttest = root / "venv" / cuda_check.EXPECTTEST
@@ -75,6 +88,9 @@ class PrepareTest(unittest.TestCase):
         self.assertIn("def sample_inputs_attn", opinfo)
         self.assertIn("def error_inputs_attn", opinfo)
         self.assertNotIn("sample_inputs_other", opinfo)
+        self.assertEqual(
+            (dest / "attn_decomp.py").read_text(), "def attn(q, k, v):\n    return q, k\n"
+        )
         self.assertEqual(
             (dest / "src/ATen/native/Attn.cpp").read_text(), "// aten/src/ATen/native/Attn.cpp\n"
         )
@@ -108,6 +124,7 @@ class PrepareTest(unittest.TestCase):
             "return std::make_tuple(std::move(output_t), std::move(attn_t));\n}\n", manual
         )
         compile((dest / "attn_opinfo.py").read_text(), "attn_opinfo.py", "exec")
+        self.assertIn("return torch.mm(a, v), a\n", (dest / "attn_decomp.py").read_text())
 
 
 if __name__ == "__main__":
