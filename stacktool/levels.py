@@ -49,8 +49,8 @@ def gradcheck(layout: Layout) -> Task:
 
 
 def level_2(layout: Layout, log, tasks=()):
-    """PR 2's gradcheck test, through upstream's runner."""
-    return run_all(layout, [*tasks, gradcheck(layout)], log)
+    """PR 2's gradcheck test, through upstream's runner, and under Dynamo (DYNAMO)."""
+    return run_all(layout, [*tasks, gradcheck(layout), *suite_tasks(layout, 2)], log)
 
 
 @dataclass
@@ -146,6 +146,7 @@ LONG = "a minute or more of its own: beside the batch, it keeps the second core 
 V260 = "at DEFAULT the tanh they reach is v2.6.0's code, which test_unary_ufuncs [default] runs"
 INDUCTOR = {"PYTORCH_TEST_WITH_INDUCTOR": "1"}  # CI's inductor config (run_test.py --inductor)
 SLOW = {"PYTORCH_TEST_WITH_SLOW": "1"}  # CI's slow config: tests marked @slowTest run too
+DYNAMO = {"PYTORCH_TEST_WITH_DYNAMO": "1"}  # CI's dynamo_wrapped config (run_test.py --dynamo)
 
 # The upstream suites the gate runs for attn: the OpInfo-driven ones and the ones upstream CI
 # runs that see a new operator (its schema, bindings, docs, overrides, dynamo/fx rules).
@@ -157,6 +158,12 @@ SUITES = (
     Suite("test_attn_gradcheck", "test/test_attn_gradcheck.py", seconds=35,
           why="PR 2's file at the level's commit, its tests in the batch: its runner is level 2's "
           "(see SERIAL)"),
+    # CI's dynamo_wrapped shards run every test file (all but inductor's, distributed's,
+    # export's and a few more) with each test under Dynamo, and ask for @skipIfTorchDynamo
+    # on a test that cannot run there: PR 2's file at each level that changes it or the op.
+    Suite("test_attn_gradcheck (dynamo)", "test/test_attn_gradcheck.py", levels=(2, 3, 4, 6),
+          env=DYNAMO, seconds=60,
+          why="CI's dynamo_wrapped config; skips: the tests marked @skipIfTorchDynamo (4 at PR 6)"),
     Suite("test_ops", "test/test_ops.py", "attn", levels=(3, 4, 6), seconds=25),
     Suite("test_ops_gradients", "test/test_ops_gradients.py", "attn", levels=(3, 4, 6)),
     Suite("test_ops_fwd_gradients", "test/test_ops_fwd_gradients.py", "attn", levels=(3, 4, 6)),

@@ -169,20 +169,22 @@ class SuiteTableTest(unittest.TestCase):
     """The table's own rules: each choice that is not plain `-k attn` says why, in one line."""
 
     def test_names_unique_and_levels_known(self):
-        for level in (3, 4, 5, 6):
+        for level in (2, 3, 4, 5, 6):
             names = [s.name for s in SUITES if level in s.levels]
             self.assertEqual(len(names), len(set(names)))
         for suite in SUITES:
-            self.assertTrue(suite.levels and set(suite.levels) <= {3, 4, 5, 6}, suite.name)
+            self.assertTrue(suite.levels and set(suite.levels) <= {2, 3, 4, 5, 6}, suite.name)
 
     def test_level_6_runs_pr_2s_file_per_capability_and_the_opinfo_suites_once(self):
         tasks = levels.suite_tasks(Layout(Path("/x")), 6, ["default", "avx2"])
         names = [t.name for t in tasks]
         self.assertEqual([n for n in names if n.startswith("test_attn_gradcheck")], [
+            "test_attn_gradcheck (dynamo)",
             "test_attn_gradcheck [default]",
             "test_attn_gradcheck [avx2, ATEN_CPU_FLOAT_TANH=vectorized]",
         ])  # fmt: skip
-        self.assertIn("test_ops", names[0].split(" + "))  # attn's OpInfo suites: one process
+        batch = next(name for name in names if " + " in name)
+        self.assertIn("test_ops", batch.split(" + "))  # attn's OpInfo suites: one process
         self.assertIn("inductor/test_torchinductor_opinfo", names)
 
     def test_pr_2s_file_runs_through_run_test_once_at_level_2_and_in_the_batch_after(self):
@@ -204,6 +206,29 @@ class SuiteTableTest(unittest.TestCase):
             with mock.patch.object(levels, "run_all", lambda layout, tasks, log: tasks):
                 ran = levels.LEVELS[level](layout, print)
             self.assertNotIn(levels.gradcheck(layout).name, [t.name for t in ran])
+
+    def test_pr_2s_file_runs_under_dynamo_in_a_process_of_its_own_from_level_2(self):
+        """CI's dynamo_wrapped config (run_test.py --dynamo) at each level that changes PR 2's
+        file or the op: its own process, as the variable holds for the whole process."""
+        layout, envs = Layout(Path("/x")), []
+
+        class Fake(suites.Processes):
+            def run(self, command, **kwargs):
+                envs.append(kwargs["env"])
+                return subprocess.CompletedProcess(command, 0, "== 50 passed in 1.0s ==", "")
+
+        for level in (2, 3, 4, 6):
+            with (
+                mock.patch.object(levels.tanh_accuracy, "supported", return_value=["default"]),
+                mock.patch.object(levels, "run_all", lambda layout, tasks, log: tasks),
+            ):
+                ran = levels.LEVELS[level](layout.gate_tree(level), print)
+            (task,) = (t for t in ran if "(dynamo)" in t.name)
+            self.assertEqual(task.name, "test_attn_gradcheck (dynamo)")
+            result, _ = task.run(Fake())
+            self.assertEqual((result.passed, result.failed), (50, 0))
+            self.assertEqual(envs[-1]["PYTORCH_TEST_WITH_DYNAMO"], "1")
+        self.assertFalse([t for t in levels.suite_tasks(layout, 5) if "(dynamo)" in t.name])
 
     def test_a_levels_long_processes_start_first(self):
         """run_all starts the longest first: at level 4 the batch, functorch/test_ops and the
