@@ -61,6 +61,13 @@ def pytest_counts(output: str) -> tuple[int, int, int]:
 # Variables that pick which CPU kernels torch runs: the gate sets them where it means to
 # (level 5) and never inherits them from the shell that started it.
 KERNEL_CHOICE = ("ATEN_CPU_CAPABILITY", "ATEN_CPU_FLOAT_TANH")
+# Variables (names and name prefixes) that pick upstream's test configuration (PYTORCH_TEST_
+# WITH_DYNAMO, _INDUCTOR, _SLOW, ...), which tests run (PYTORCH_TEST_SKIP_FAST, the disabled
+# and slow lists) or which samples (PYTORCH_OPINFO_SAMPLE_INPUT_INDEX): the gate's table sets
+# them per suite, and never inherits them: a shell's PYTORCH_TEST_WITH_DYNAMO=1 would have
+# every OpInfo test skip (upstream's policy) and the gate still pass.
+TEST_CONFIG = ("PYTORCH_TEST", "PYTORCH_OPINFO_", "DISABLED_TESTS_FILE", "SLOW_TESTS_FILE",
+               "SANDCASTLE", "TORCH_TEST_DEVICES")  # fmt: skip
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # set per tree and capability, see suite_env
 PCH_STORE = "pch"  # in it: the precompiled headers (removed by the gate when it ends)
 WORKERS = max(1, min(2, os.cpu_count() or 1))  # suites at a time: two, as on CI's 2-core jobs
@@ -80,17 +87,19 @@ NO_BYTECODE, PYCACHE = "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"
 
 
 def suite_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without CI (nor KERNEL_CHOICE), with QUIET_THREADS, what
-    the venv's Python needs to import `layout`'s torch and `extra` set, bytecode written to
-    Layout.pycache (PYCACHE, whatever the shell's NO_BYTECODE says), and torch.compile's
-    cache of its own for the tree and ATEN_CPU_CAPABILITY (Layout.inductor_cache), never the
-    shell's, its kernels compiled with their prefix header precompiled into PCH_STORE there
-    (stacktool/inductor_pch.py).
+    """This process's environment without CI, KERNEL_CHOICE or TEST_CONFIG, with
+    QUIET_THREADS, what the venv's Python needs to import `layout`'s torch and `extra` set,
+    bytecode written to Layout.pycache (PYCACHE, whatever the shell's NO_BYTECODE says), and
+    torch.compile's cache of its own for the tree and ATEN_CPU_CAPABILITY
+    (Layout.inductor_cache), never the shell's, its kernels compiled with their prefix header
+    precompiled into PCH_STORE there (stacktool/inductor_pch.py).
 
     Without CI set, upstream's runners print their results instead of writing them to report
     files, and do not try to download CI's lists of slow and disabled tests.
     """
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", NO_BYTECODE, *KERNEL_CHOICE)}
+    dropped = ("CI", NO_BYTECODE, *KERNEL_CHOICE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(TEST_CONFIG)}
+    env = {k: v for k, v in env.items() if k not in dropped}
     env.update(
         {**QUIET_THREADS, PYCACHE: str(layout.pycache), **layout.python_env, **(extra or {})}
     )

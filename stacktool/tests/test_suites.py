@@ -442,6 +442,18 @@ class RunSuiteTest(unittest.TestCase):
             self.assertEqual(suite_env(layout, {"ATEN_CPU_FLOAT_TANH": "vectorized"})
                              ["ATEN_CPU_FLOAT_TANH"], "vectorized")  # fmt: skip
 
+    def test_suite_env_never_inherits_a_test_configuration(self):
+        shell = {
+            "PYTORCH_TEST_WITH_DYNAMO": "1",
+            "PYTORCH_TEST_RUN_EVERYTHING_IN_SERIAL": "1",
+            "PYTORCH_OPINFO_SAMPLE_INPUT_INDEX": "0",
+            "SLOW_TESTS_FILE": "/x/slow.json",
+        }
+        layout = Layout(Path("/x"))
+        with mock.patch.dict(os.environ, shell):
+            self.assertFalse(set(shell) & set(suite_env(layout)))
+            self.assertEqual(suite_env(layout, levels.DYNAMO)["PYTORCH_TEST_WITH_DYNAMO"], "1")
+
     def test_each_tree_and_capability_compiles_into_a_cache_of_its_own(self):
         """v2.6.0's inductor reuses a kernel compiled under another ATEN_CPU_CAPABILITY (a
         double free): each capability, and each level's tree, gets its folder under build/."""
