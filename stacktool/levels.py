@@ -161,6 +161,7 @@ SUITES = (
     # CI's dynamo_wrapped shards run every test file (all but inductor's, distributed's,
     # export's and a few more) with each test under Dynamo, and ask for @skipIfTorchDynamo
     # on a test that cannot run there: PR 2's file at each level that changes it or the op.
+    # seconds: not run on a Zen 3 yet; on a Zen 4 41, 24, 33 and 77 s at levels 2, 3, 4, 6.
     Suite("test_attn_gradcheck (dynamo)", "test/test_attn_gradcheck.py", levels=(2, 3, 4, 6),
           env=DYNAMO, seconds=60,
           why="CI's dynamo_wrapped config; skips: the tests marked @skipIfTorchDynamo (4 at PR 6)"),

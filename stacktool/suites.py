@@ -98,8 +98,9 @@ def suite_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, 
     files, and do not try to download CI's lists of slow and disabled tests.
     """
     dropped = ("CI", NO_BYTECODE, *KERNEL_CHOICE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(TEST_CONFIG)}
-    env = {k: v for k, v in env.items() if k not in dropped}
+    env = {
+        k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(TEST_CONFIG)
+    }
     env.update(
         {**QUIET_THREADS, PYCACHE: str(layout.pycache), **layout.python_env, **(extra or {})}
     )
