@@ -127,7 +127,9 @@ def batches(runs: list[tuple[str, Suite, dict[str, str]]]) -> list[list[tuple[st
 
     A per-capability run keeps its process: level 5's three files of one variant in one
     process took as long as apart (145-149 s against 137-154 s, Zen 4): their tests, not
-    the start, are most of it.
+    the start, are most of it. Its five files (not inductor's OpInfo tests) in one process
+    took 87-115 s of CPU per variant in two clean clones' gates, against 89-92 s as five
+    processes (docs/ci-runs.md), although alone, one after another, 83-87 s against 107-109.
     """
     groups: list[list[tuple[str, Suite, dict]]] = []
     for run in runs:
