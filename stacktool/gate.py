@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from stacktool import fork, levels, lint, loop, patches, venv, wheel
+from stacktool.bench.cpu import cpu_facts, describe, simd_flags
 from stacktool.config import BASE_REF, Layout
 from stacktool.errors import StackError
 from stacktool.git import git
@@ -211,13 +212,34 @@ def warm_lint(layout: Layout, log) -> None:
         log(f"mypy's daemon in the lint tree loaded ({time.monotonic() - started:.0f} s)")
 
 
+def machine() -> str:
+    """The CPU the gate runs on, as bench.md names it, with its CPU count and SIMD flags:
+    a run's times mean little without them (docs/ci-runs.md)."""
+    facts = cpu_facts()
+    return f"{describe(facts)}, {os.cpu_count()} CPUs, {simd_flags(facts)}"
+
+
 def checks(layout: Layout, log, build) -> int:
+    """Every check, then the table (report) with, above its counts, the CPU and the time
+    before level 1 and per level: level N from the end of level N-1's checks to the end of
+    its own, a wait for its build (beside level N-1's checks) included."""
+    cpu = machine()
+    log(f"on {cpu}")
+    laps, mark = [], time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        laps.append((name, now - mark))
+        mark = now
+
     results = [tool_tests(log), lint.tool(layout, log)]
     found = patches.export(layout.fork, layout.patches, layout.gradient_doc, check=True)
     results.append(Result("patches/ match pytorch/", int(not found), int(bool(found)),
                           note="; ".join(found)))  # fmt: skip
     results.append(applies_to_pristine(layout))
     last = len(patches.stack_commits(layout.fork))
+    lap("before level 1")
     for level, commit, gate in each_level(layout, log, build):
         proof = venv.prove_torch(gate, gate.fork / "test")
         log(f"level {level} ({commit[:12]}): {proof}")
@@ -229,7 +251,9 @@ def checks(layout: Layout, log, build) -> int:
             if result.name != loop.NAME:
                 result.name = f"level {level}: {result.name.removeprefix(f'level {level}: ')}"
             results.append(result)
-    return report(results)
+        lap(f"level {level}")
+    took = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in laps)
+    return report(results, f"on {cpu}: {took}; {sum(s for _, s in laps):.0f} s in all")
 
 
 def stop_daemons(layout: Layout, log) -> None:
@@ -292,7 +316,9 @@ def lint_tree(layout: Layout, log, changed: bool) -> int:
 FAILED_TAIL = 12  # lines of each failed check's log repeated below the table
 
 
-def report(results: list[Result]) -> int:
+def report(results: list[Result], times: str = "") -> int:
+    """The table of `results`, each failed check's last log lines, `times` (checks), then
+    the failing levels and the closing `N passed, M failed` line; 1 if any check failed."""
     width = max(len(r.name) for r in results)
     print(f"\n{'check':<{width}}  passed  failed  skipped  note")
     for r in results:
@@ -301,6 +327,8 @@ def report(results: list[Result]) -> int:
         if r.failed and r.log and r.log.exists():
             tail = r.log.read_text(errors="replace").splitlines()[-FAILED_TAIL:]
             print(f"\n{r.name} failed; the end of its log:\n" + "\n".join(tail))
+    if times:
+        print(f"\n{times}")
     failing = sorted({r.name.split(":")[0] for r in results if r.failed})
     if failing:
         print("failing: " + ", ".join(failing))

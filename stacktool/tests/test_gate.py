@@ -1,6 +1,7 @@
 """The gate works in a worktree of its own and never moves pytorch/ (tiny git repos)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from stacktool.errors import StackError
 from stacktool.git import git
 
 IDENTITY = {"GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "dev@x.invalid"}
+CPU = {"vendor": "AuthenticAMD", "family": 25, "model": 17, "stepping": 1,
+       "model name": "AMD EPYC", "flags": ["fpu", "avx2", "fma", "avx512f"]}  # fmt: skip
 
 
 class GateTreeTest(unittest.TestCase):
@@ -188,6 +191,7 @@ class StopDaemonsTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.root)
         self.layout = config.Layout(self.root)
         self.calls = self.root / "calls"
+        self.logged = []
         dmypy = self.root / ".venv-lint" / "bin" / "dmypy"
         dmypy.parent.mkdir(parents=True)
         dmypy.write_text(f'#!/bin/sh\necho "$PWD $*" >> {self.calls}\n')
@@ -223,9 +227,22 @@ class StopDaemonsTest(unittest.TestCase):
             mock.patch.object(gate, "lint_checkout", return_value=level[2]),
             mock.patch.object(gate.venv, "prove_torch", return_value="torch from the tree"),
             mock.patch.object(gate.levels, "run", side_effect=[level_results]),
-            mock.patch("builtins.print"),
+            mock.patch.object(gate, "cpu_facts", return_value=CPU),
+            mock.patch("os.cpu_count", return_value=2),
+            mock.patch("builtins.print") as self.printed,
         ):
-            return gate.run(self.layout, lambda line: None, lambda layout: None)
+            return gate.run(self.layout, self.logged.append, lambda layout: None)
+
+    def test_the_closing_lines_name_the_cpu_and_each_levels_time(self):
+        """The CPU, as bench.md names it, is logged first and given again with the time
+        before level 1 and per level above the counts, where CI's page shows them."""
+        self.assertEqual(self.run_gate([gate.Result("level 1: x", 3)]), 0)
+        cpu = "AuthenticAMD family 25 model 17 stepping 1 (AMD EPYC), 2 CPUs, avx2 fma avx512f"
+        self.assertEqual(self.logged[0], f"on {cpu}")
+        out = [str(call.args[0]) for call in self.printed.call_args_list]
+        self.assertEqual(out[-1], "7 passed, 0 failed")
+        self.assertRegex(out[-2], rf"^\non {re.escape(cpu)}: before level 1 \d+ s, "
+                                  r"level 1 \d+ s; \d+ s in all$")  # fmt: skip
 
     def test_only_the_gates_trees_with_a_daemon(self):
         logged = []
@@ -284,10 +301,6 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(out[-2:], ["failing: level 1, level 2", "1 passed, 2 failed"])
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class ToolTestsTest(unittest.TestCase):
     """The tool's tests run in a process of their own (their mock.patch would reach the
     gate's other threads), counted from unittest's closing lines."""
@@ -313,3 +326,7 @@ class ToolTestsTest(unittest.TestCase):
         command = run.call_args.args[0]
         self.assertEqual(command[:4], [sys.executable, "-m", "unittest", "discover"])
         self.assertEqual((result.passed, result.failed), (1, 0))
+
+
+if __name__ == "__main__":
+    unittest.main()
