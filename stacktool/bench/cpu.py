@@ -1,6 +1,7 @@
-"""The CPU the bench ran on, from /proc/cpuinfo: vendor, family, model, model name, stepping
-and flags. A VM's model name may be only "AMD EPYC", which Zen 3 and Zen 4 both report, and
-torch's get_cpu_capability does not tell the vendor (one tanh target applies on Intel only)."""
+"""The CPU the bench ran on (and the gate: gate.machine), from /proc/cpuinfo: vendor, family,
+model, model name, stepping and flags. A VM's model name may be only "AMD EPYC", which Zen 3
+and Zen 4 both report, and torch's get_cpu_capability does not tell the vendor (one tanh
+target applies on Intel only)."""
 
 from pathlib import Path
 
